@@ -1,0 +1,41 @@
+# aion — build, test and lint. `make test` is what CI runs.
+GO       ?= go
+PKGS     ?= ./...
+BENCHTIME ?= 1s
+
+.PHONY: all build test test-short lint fmt bench generate generate-check clean
+
+all: build
+
+build:
+	$(GO) build -o bin/aion ./cmd/aion
+
+## test: lint, then every test with the race detector.
+test: lint
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## lint: gofmt, go vet and staticcheck (pinned as a go.mod tool).
+lint:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench: the registry and store benchmarks, with allocations.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/registry/
+
+## generate: regenerate gen/ from proto/ (needs protoc: apt-get install -y protobuf-compiler).
+generate:
+	bash scripts/generate.sh
+
+## generate-check: fail if the committed generated code differs from a fresh generate.
+generate-check: generate
+	@changed="$$(git status --porcelain -- gen/)"; \
+	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ | head -50; exit 1; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,250 @@
+// Package sqlite is the embedded store: one SQLite file, opened in WAL mode,
+// with a single writer connection and a pool of readers.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	path   string
+	writer *sql.DB // exactly one connection: SQLite allows one writer at a time
+	reader *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path and brings its
+// schema up to date. The directory holding path is created when missing.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	// synchronous=FULL: a commit is on disk before it returns, so nothing
+	// acknowledged is lost on power failure, not only on process crash.
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
+		"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
+	writer, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	reader, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	s := &Store{path: path, writer: writer, reader: reader}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	return s, nil
+}
+
+// Path returns the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// Close closes both connection pools.
+func (s *Store) Close() error {
+	return errors.Join(s.reader.Close(), s.writer.Close())
+}
+
+// migrations are applied in order; the database's user_version records how
+// many have run. Append only: never edit one that has shipped.
+var migrations = []string{
+	`CREATE TABLE namespaces (
+		name         TEXT PRIMARY KEY,
+		origin       TEXT NOT NULL,
+		placement    TEXT NOT NULL DEFAULT 'unplaced',
+		nodes        TEXT NOT NULL DEFAULT '[]',
+		created_at   INTEGER NOT NULL,
+		last_seen_at INTEGER NOT NULL
+	) STRICT`,
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary knows (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migrate: step %d: %w", i+1, err)
+		}
+	}
+	// PRAGMA takes no bind parameters; the value is an integer we control.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		return fmt.Errorf("migrate: write schema version: %w", err)
+	}
+	return tx.Commit()
+}
+
+// RegisterNamespace implements store.NamespaceStore.
+func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store.Origin) (store.Namespace, bool, error) {
+	if !origin.Valid() {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: unknown origin %q", name, origin)
+	}
+	now := time.Now().UnixNano()
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx,
+		`INSERT INTO namespaces (name, origin, created_at, last_seen_at) VALUES (?, ?, ?, ?)
+		 ON CONFLICT (name) DO NOTHING`, name, string(origin), now, now)
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	created := n == 1
+	if !created {
+		if _, err := tx.ExecContext(ctx,
+			`UPDATE namespaces SET last_seen_at = max(last_seen_at, ?) WHERE name = ?`, now, name); err != nil {
+			return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+		}
+	}
+	ns, err := getNamespace(ctx, tx, name)
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	return ns, created, nil
+}
+
+// GetNamespace implements store.NamespaceStore.
+func (s *Store) GetNamespace(ctx context.Context, name string) (store.Namespace, error) {
+	ns, err := getNamespace(ctx, s.reader, name)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("get namespace %q: %w", name, err)
+	}
+	return ns, nil
+}
+
+// ListNamespaces implements store.NamespaceStore.
+func (s *Store) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+namespaceColumns+` FROM namespaces ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Namespace
+	for rows.Next() {
+		ns, err := scanNamespace(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list namespaces: %w", err)
+		}
+		out = append(out, ns)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	return out, nil
+}
+
+// SetPlacement implements store.NamespaceStore.
+func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement) (store.Namespace, error) {
+	p = p.Normalize()
+	if err := p.Validate(); err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	nodes, err := json.Marshal(nonNil(p.Nodes))
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE namespaces SET placement = ?, nodes = ? WHERE name = ?`,
+		string(p.Mode), string(nodes), name)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	} else if n == 0 {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: namespace %w", name, store.ErrNotFound)
+	}
+	ns, err := getNamespace(ctx, tx, name)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	return ns, nil
+}
+
+const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at`
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+func getNamespace(ctx context.Context, q queryer, name string) (store.Namespace, error) {
+	ns, err := scanNamespace(q.QueryRowContext(ctx, `SELECT `+namespaceColumns+` FROM namespaces WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Namespace{}, fmt.Errorf("namespace %w", store.ErrNotFound)
+	}
+	return ns, err
+}
+
+func scanNamespace(row scanner) (store.Namespace, error) {
+	var (
+		ns                store.Namespace
+		origin, mode      string
+		nodes             string
+		created, lastSeen int64
+	)
+	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen); err != nil {
+		return store.Namespace{}, err
+	}
+	ns.Origin = store.Origin(origin)
+	ns.Placement.Mode = store.PlacementMode(mode)
+	if err := json.Unmarshal([]byte(nodes), &ns.Placement.Nodes); err != nil {
+		return store.Namespace{}, fmt.Errorf("decode placement nodes of %q: %w", ns.Name, err)
+	}
+	ns.Placement = ns.Placement.Normalize()
+	ns.CreatedAt = time.Unix(0, created).UTC()
+	ns.LastSeenAt = time.Unix(0, lastSeen).UTC()
+	return ns, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

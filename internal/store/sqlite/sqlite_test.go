@@ -1,0 +1,59 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/store/sqlite"
+	"github.com/aion-run/aion/internal/store/storetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, filepath.Join(t.TempDir(), "aion.db"))
+	})
+}
+
+func TestRecordsSurviveReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "nested", "aion.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.RegisterNamespace(ctx, "orders", store.OriginWorker); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetPlacement(ctx, "orders", store.Placement{Mode: store.Pinned, Nodes: []string{"gpu-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	reopened := open(t, path)
+	ns, err := reopened.GetNamespace(ctx, "orders")
+	if err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+	if ns.Origin != store.OriginWorker || ns.Placement.String() != "pinned{gpu-1}" {
+		t.Fatalf("after reopen: got %+v", ns)
+	}
+}
