@@ -149,6 +149,7 @@ type NamespaceStore interface {
 // passes storetest.Run.
 type Store interface {
 	NamespaceStore
+	ActivityStore
 	// Close releases the backend's resources; it is safe to call once.
 	Close() error
 }

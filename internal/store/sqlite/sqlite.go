@@ -22,19 +22,38 @@ type Store struct {
 	path   string
 	writer *sql.DB // exactly one connection: SQLite allows one writer at a time
 	reader *sql.DB
+	stmts  writeStmts
+}
+
+// Option adjusts how Open opens the file.
+type Option func(*options)
+
+type options struct{ synchronous string }
+
+// WithSynchronous sets SQLite's synchronous mode: "full" (the default; a
+// commit is on disk before it returns, so it survives power loss) or "normal"
+// (in WAL mode a commit survives a crash of the process but the last commits
+// may be lost on power loss or an operating-system crash).
+func WithSynchronous(mode string) Option {
+	return func(o *options) { o.synchronous = mode }
 }
 
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the SQLite database at path and brings its
 // schema up to date. The directory holding path is created when missing.
-func Open(ctx context.Context, path string) (*Store, error) {
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{synchronous: "full"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.synchronous != "full" && o.synchronous != "normal" {
+		return nil, fmt.Errorf("open sqlite store %q: synchronous %q: want full or normal", path, o.synchronous)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
-	// synchronous=FULL: a commit is on disk before it returns, so nothing
-	// acknowledged is lost on power failure, not only on process crash.
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
 		"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
 	writer, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -51,6 +70,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -59,7 +82,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes both connection pools.
 func (s *Store) Close() error {
-	return errors.Join(s.reader.Close(), s.writer.Close())
+	return errors.Join(s.stmts.close(), s.reader.Close(), s.writer.Close())
 }
 
 // migrations are applied in order; the database's user_version records how
@@ -73,6 +96,42 @@ var migrations = []string{
 		created_at   INTEGER NOT NULL,
 		last_seen_at INTEGER NOT NULL
 	) STRICT`,
+	`CREATE TABLE activities (
+		seq           INTEGER PRIMARY KEY,
+		namespace     TEXT NOT NULL,
+		id            TEXT NOT NULL,
+		task_queue    TEXT NOT NULL,
+		activity_type TEXT NOT NULL,
+		node          TEXT NOT NULL,
+		payload       BLOB,
+		fingerprint   TEXT NOT NULL,
+		timeouts      TEXT NOT NULL,
+		retry         TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		attempt       INTEGER NOT NULL,
+		result        BLOB,
+		failure       TEXT,
+		heartbeat     BLOB,
+		scheduled_at  INTEGER NOT NULL,
+		started_at    INTEGER NOT NULL,
+		ready_at      INTEGER NOT NULL,
+		closed_at     INTEGER NOT NULL,
+		UNIQUE (namespace, id)
+	) STRICT;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE TABLE attempts (
+		namespace   TEXT NOT NULL,
+		activity_id TEXT NOT NULL,
+		number      INTEGER NOT NULL,
+		worker_id   INTEGER NOT NULL,
+		node        TEXT NOT NULL,
+		started_at  INTEGER NOT NULL,
+		ended_at    INTEGER NOT NULL,
+		outcome     TEXT NOT NULL,
+		failure     TEXT,
+		PRIMARY KEY (namespace, activity_id, number)
+	) STRICT, WITHOUT ROWID`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

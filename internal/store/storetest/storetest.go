@@ -24,6 +24,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runNamespace(t, open)
 	})
+	t.Run("Activity", func(t *testing.T) {
+		t.Parallel()
+		runActivity(t, open)
+	})
 }
 
 func runNamespace(t *testing.T, open Opener) {

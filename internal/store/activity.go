@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ActivityState is where an activity is in its life.
+type ActivityState string
+
+// The activity states. The last four are terminal.
+const (
+	StateScheduled ActivityState = "scheduled"
+	StateRunning   ActivityState = "running"
+	StateCompleted ActivityState = "completed"
+	StateFailed    ActivityState = "failed"
+	StateCanceled  ActivityState = "canceled"
+	StateTimedOut  ActivityState = "timed_out"
+)
+
+// Terminal reports whether no further attempt can follow.
+func (s ActivityState) Terminal() bool {
+	switch s {
+	case StateCompleted, StateFailed, StateCanceled, StateTimedOut:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known state.
+func (s ActivityState) Valid() bool {
+	return s == StateScheduled || s == StateRunning || s.Terminal()
+}
+
+// AttemptOutcome is how one attempt ended, or running while it has not.
+type AttemptOutcome string
+
+// The attempt outcomes.
+const (
+	OutcomeRunning   AttemptOutcome = "running"
+	OutcomeCompleted AttemptOutcome = "completed"
+	OutcomeFailed    AttemptOutcome = "failed"
+	OutcomeCanceled  AttemptOutcome = "canceled"
+	OutcomeTimedOut  AttemptOutcome = "timed_out"
+)
+
+// Failure describes why an attempt or an activity failed.
+type Failure struct {
+	Message   string `json:"message"`
+	Type      string `json:"type"`
+	Retryable bool   `json:"retryable"`
+	Details   []byte `json:"details,omitempty"`
+}
+
+// Timeouts bound an activity's life. Zero means none.
+type Timeouts struct {
+	ScheduleToStart time.Duration `json:"schedule_to_start"`
+	StartToClose    time.Duration `json:"start_to_close"`
+	ScheduleToClose time.Duration `json:"schedule_to_close"`
+	Heartbeat       time.Duration `json:"heartbeat"`
+}
+
+// RetryPolicy decides whether and when a failed attempt is tried again.
+type RetryPolicy struct {
+	InitialInterval    time.Duration `json:"initial_interval"`
+	BackoffCoefficient float64       `json:"backoff_coefficient"`
+	MaximumInterval    time.Duration `json:"maximum_interval"`
+	// MaximumAttempts caps attempts in all; 0 means no cap.
+	MaximumAttempts        int      `json:"maximum_attempts"`
+	NonRetryableErrorTypes []string `json:"non_retryable_error_types,omitempty"`
+}
+
+// Activity is the durable record of one scheduled unit of work.
+type Activity struct {
+	Namespace    string
+	ID           string
+	TaskQueue    string
+	ActivityType string
+	// Node pins the activity to workers on that node; empty means no pin.
+	Node    string
+	Payload []byte
+	// Fingerprint identifies the request that scheduled the activity, so
+	// a repeated schedule with the same id can be told apart from a
+	// different request reusing it.
+	Fingerprint string
+	Timeouts    Timeouts
+	Retry       RetryPolicy
+
+	State ActivityState
+	// Attempt is the number of the latest attempt started, 0 before the first.
+	Attempt int
+	Result  []byte
+	Failure *Failure
+	// HeartbeatDetails are the last progress details an attempt reported.
+	HeartbeatDetails []byte
+
+	ScheduledAt time.Time
+	// StartedAt is when the first attempt started; zero before.
+	StartedAt time.Time
+	// ReadyAt is when the next attempt may start (after a retry backoff).
+	ReadyAt  time.Time
+	ClosedAt time.Time
+	// Seq orders activities by scheduling within one store; set by the store.
+	Seq int64
+}
+
+// Attempt is the durable record of one delivery of an activity to a worker.
+type Attempt struct {
+	Number    int
+	WorkerID  uint64
+	Node      string
+	StartedAt time.Time
+	EndedAt   time.Time
+	Outcome   AttemptOutcome
+	Failure   *Failure
+}
+
+// Write is one durable change, applied with others in one transaction.
+type Write interface{ write() }
+
+// InsertActivity records a new activity. If one with the same namespace and
+// id exists, nothing changes and Apply reports false for this write.
+type InsertActivity struct{ Activity Activity }
+
+// StartAttempt records that attempt a.Number of the activity began.
+type StartAttempt struct {
+	Namespace, ID string
+	Attempt       Attempt
+}
+
+// EndAttempt records how an attempt ended together with the activity's new
+// state: terminal, or scheduled again for a retry at ReadyAt. Number 0 ends
+// no attempt and only moves the activity (a timeout before any start).
+type EndAttempt struct {
+	Namespace, ID    string
+	Number           int
+	EndedAt          time.Time
+	Outcome          AttemptOutcome
+	Failure          *Failure
+	State            ActivityState
+	Result           []byte
+	ActivityFailure  *Failure
+	HeartbeatDetails []byte
+	ReadyAt          time.Time
+	ClosedAt         time.Time
+}
+
+func (InsertActivity) write() {}
+func (StartAttempt) write()   {}
+func (EndAttempt) write()     {}
+
+// ActivityFilter selects activities for List. Empty fields match all.
+type ActivityFilter struct {
+	Namespace    string
+	State        ActivityState
+	ActivityType string
+	// Limit caps the page; 0 means 100.
+	Limit int
+	// Before continues a listing: only activities scheduled before the one
+	// with this Seq (newest first). 0 starts at the newest.
+	Before int64
+}
+
+// ActivityStore keeps activities and their attempts.
+type ActivityStore interface {
+	// Apply commits writes in one transaction, in order, and reports per
+	// write whether it changed anything (false for an InsertActivity whose
+	// id exists, or a write about an activity that does not exist).
+	Apply(ctx context.Context, writes []Write) ([]bool, error)
+	// GetActivity returns one activity, or an error wrapping ErrNotFound.
+	GetActivity(ctx context.Context, namespace, id string) (Activity, error)
+	// ListAttempts returns an activity's attempts in order.
+	ListAttempts(ctx context.Context, namespace, id string) ([]Attempt, error)
+	// ListActivities returns matching activities, newest first.
+	ListActivities(ctx context.Context, f ActivityFilter) ([]Activity, error)
+	// OpenActivities returns every activity not in a terminal state, oldest
+	// first, for recovery after a restart.
+	OpenActivities(ctx context.Context) ([]Activity, error)
+}

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrClosed reports a write submitted after the committer closed.
+var ErrClosed = errors.New("committer closed")
+
+// Committer group-commits writes: one transaction carries every write that
+// arrived while the previous transaction was committing, so the cost of a
+// durable commit (an fsync) is shared by all of them.
+type Committer struct {
+	apply    func(context.Context, []Write) ([]bool, error)
+	maxBatch int
+	observe  func(batch int, took time.Duration)
+
+	mu      sync.Mutex
+	pending []request
+	wake    chan struct{}
+	closed  bool
+	done    chan struct{}
+}
+
+// Done is called once a write is durable (err nil) or has failed; changed is
+// what the backend reported for the write. It runs on the committer's
+// goroutine and must not block.
+type Done func(changed bool, err error)
+
+type request struct {
+	w    Write
+	done Done
+}
+
+// CommitterOptions tune a Committer.
+type CommitterOptions struct {
+	// MaxBatch caps writes per transaction; 0 means 4096.
+	MaxBatch int
+	// Observe, when set, is told each transaction's size and duration.
+	Observe func(batch int, took time.Duration)
+}
+
+// NewCommitter starts a committer over s. Close stops it.
+func NewCommitter(s ActivityStore, opts CommitterOptions) *Committer {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 4096
+	}
+	c := &Committer{
+		apply:    s.Apply,
+		maxBatch: opts.MaxBatch,
+		observe:  opts.Observe,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// Submit queues w and calls done when it is durable or has failed.
+func (c *Committer) Submit(w Write, done Done) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		if done != nil {
+			done(false, ErrClosed)
+		}
+		return
+	}
+	c.pending = append(c.pending, request{w: w, done: done})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Commit submits w and waits until it is durable, failed, or ctx ends. A
+// write whose wait ended with ctx may still commit.
+func (c *Committer) Commit(ctx context.Context, w Write) (bool, error) {
+	type result struct {
+		changed bool
+		err     error
+	}
+	ch := make(chan result, 1)
+	c.Submit(w, func(changed bool, err error) { ch <- result{changed, err} })
+	select {
+	case r := <-ch:
+		return r.changed, r.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("commit: %w", ctx.Err())
+	}
+}
+
+// CommitAll submits every write and waits for all of them; the result holds
+// one entry per write.
+func (c *Committer) CommitAll(ctx context.Context, ws []Write) ([]bool, []error, error) {
+	changed := make([]bool, len(ws))
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	wg.Add(len(ws))
+	for i, w := range ws {
+		c.Submit(w, func(ch bool, err error) {
+			changed[i], errs[i] = ch, err
+			wg.Done()
+		})
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return changed, errs, nil
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("commit %d writes: %w", len(ws), ctx.Err())
+	}
+}
+
+// Close commits what is queued, then stops. Later submissions fail with
+// ErrClosed.
+func (c *Committer) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.done
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.done
+}
+
+func (c *Committer) run() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		for len(c.pending) == 0 {
+			if c.closed {
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			<-c.wake
+			c.mu.Lock()
+		}
+		n := min(len(c.pending), c.maxBatch)
+		batch := c.pending[:n:n]
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
+		c.mu.Unlock()
+		c.commit(batch)
+	}
+}
+
+func (c *Committer) commit(batch []request) {
+	writes := make([]Write, len(batch))
+	for i, r := range batch {
+		writes[i] = r.w
+	}
+	start := time.Now()
+	// The batch is not tied to any one caller's context: callers that gave
+	// up still have their writes committed, in order, like everyone else's.
+	changed, err := c.apply(context.Background(), writes)
+	if c.observe != nil {
+		c.observe(len(batch), time.Since(start))
+	}
+	for i, r := range batch {
+		if r.done == nil {
+			continue
+		}
+		if err != nil {
+			r.done(false, err)
+		} else {
+			r.done(changed[i], nil)
+		}
+	}
+}

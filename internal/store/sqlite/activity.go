@@ -1,0 +1,283 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+)
+
+// writeStmts are prepared once on the writer connection and bound into each
+// transaction, so a batch of thousands of writes parses no SQL.
+type writeStmts struct {
+	insert, startActivity, start, endAttempt, endActivity *sql.Stmt
+}
+
+func (w *writeStmts) close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{w.insert, w.startActivity, w.start, w.endAttempt, w.endActivity} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	var err error
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = s.writer.PrepareContext(ctx, q)
+		return st
+	}
+	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
+		scheduled_at, started_at, ready_at, closed_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (namespace, id) DO NOTHING`)
+	s.stmts.start = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome)
+		VALUES (?, ?, ?, ?, ?, ?, 0, 'running')
+		ON CONFLICT (namespace, activity_id, number) DO UPDATE SET
+			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
+			ended_at = 0, outcome = 'running', failure = NULL`)
+	s.stmts.startActivity = prep(startActivity)
+	s.stmts.endAttempt = prep(`UPDATE attempts SET ended_at = ?, outcome = ?, failure = ?
+		WHERE namespace = ? AND activity_id = ? AND number = ?`)
+	s.stmts.endActivity = prep(`UPDATE activities SET state = ?, result = ?, failure = ?, heartbeat = coalesce(?, heartbeat),
+		ready_at = ?, closed_at = ?
+		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
+	if err != nil {
+		return fmt.Errorf("prepare statements: %w", err)
+	}
+	return nil
+}
+
+// startActivity marks the activity running on attempt n; kept apart from the
+// attempt insert so a missing activity inserts no attempt either.
+const startActivity = `UPDATE activities SET state = 'running', attempt = ?,
+	started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END
+	WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`
+
+// Apply implements store.ActivityStore.
+func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
+	changed := make([]bool, len(writes))
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
+	}
+	defer tx.Rollback()
+	insert := tx.StmtContext(ctx, s.stmts.insert)
+	startActivity := tx.StmtContext(ctx, s.stmts.startActivity)
+	start := tx.StmtContext(ctx, s.stmts.start)
+	endAttempt := tx.StmtContext(ctx, s.stmts.endAttempt)
+	endActivity := tx.StmtContext(ctx, s.stmts.endActivity)
+	for i, w := range writes {
+		var res sql.Result
+		switch w := w.(type) {
+		case store.InsertActivity:
+			a := w.Activity
+			timeouts, _ := json.Marshal(a.Timeouts)
+			retry, _ := json.Marshal(a.Retry)
+			res, err = insert.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
+				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
+				failureJSON(a.Failure), a.HeartbeatDetails,
+				nanos(a.ScheduledAt), nanos(a.StartedAt), nanos(a.ReadyAt), nanos(a.ClosedAt))
+		case store.StartAttempt:
+			at := w.Attempt
+			res, err = startActivity.ExecContext(ctx, at.Number, nanos(at.StartedAt), w.Namespace, w.ID)
+			if err == nil {
+				if n, _ := res.RowsAffected(); n == 1 {
+					res, err = start.ExecContext(ctx, w.Namespace, w.ID, at.Number, int64(at.WorkerID), at.Node, nanos(at.StartedAt))
+				}
+			}
+		case store.EndAttempt:
+			if w.Number > 0 {
+				_, err = endAttempt.ExecContext(ctx, nanos(w.EndedAt), string(w.Outcome), failureJSON(w.Failure),
+					w.Namespace, w.ID, w.Number)
+			}
+			if err == nil {
+				res, err = endActivity.ExecContext(ctx, string(w.State), w.Result, failureJSON(w.ActivityFailure),
+					w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID)
+			}
+		default:
+			err = fmt.Errorf("unknown write %T", w)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("apply %d writes: write %d (%T): %w", len(writes), i, w, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+		}
+		changed[i] = n > 0
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("apply %d writes: commit: %w", len(writes), err)
+	}
+	return changed, nil
+}
+
+const activityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
+
+// GetActivity implements store.ActivityStore.
+func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Activity, error) {
+	a, err := scanActivity(s.reader.QueryRowContext(ctx,
+		`SELECT `+activityColumns+` FROM activities WHERE namespace = ? AND id = ?`, namespace, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, err)
+	}
+	return a, nil
+}
+
+// ListAttempts implements store.ActivityStore.
+func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store.Attempt, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure
+		FROM attempts WHERE namespace = ? AND activity_id = ? ORDER BY number`, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+	}
+	defer rows.Close()
+	var out []store.Attempt
+	for rows.Next() {
+		var (
+			at             store.Attempt
+			worker         int64
+			started, ended int64
+			outcome        string
+			failure        sql.NullString
+		)
+		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
+			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		}
+		at.WorkerID = uint64(worker)
+		at.StartedAt, at.EndedAt = fromNanos(started), fromNanos(ended)
+		at.Outcome = store.AttemptOutcome(outcome)
+		if at.Failure, err = parseFailure(failure); err != nil {
+			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		}
+		out = append(out, at)
+	}
+	return out, rows.Err()
+}
+
+// ListActivities implements store.ActivityStore.
+func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]store.Activity, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q := `SELECT ` + activityColumns + ` FROM activities WHERE namespace = ?`
+	args := []any{f.Namespace}
+	if f.State != "" {
+		q += ` AND state = ?`
+		args = append(args, string(f.State))
+	}
+	if f.ActivityType != "" {
+		q += ` AND activity_type = ?`
+		args = append(args, f.ActivityType)
+	}
+	if f.Before > 0 {
+		q += ` AND seq < ?`
+		args = append(args, f.Before)
+	}
+	q += ` ORDER BY seq DESC LIMIT ?`
+	args = append(args, limit)
+	return s.queryActivities(ctx, "list activities", q, args...)
+}
+
+// OpenActivities implements store.ActivityStore.
+func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
+	return s.queryActivities(ctx, "load open activities",
+		`SELECT `+activityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+}
+
+func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
+	rows, err := s.reader.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []store.Activity
+	for rows.Next() {
+		a, err := scanActivity(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+func scanActivity(row scanner) (store.Activity, error) {
+	var (
+		a                                  store.Activity
+		timeouts, retry, state             string
+		failure                            sql.NullString
+		scheduled, started, ready, closedA int64
+	)
+	err := row.Scan(&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
+		&timeouts, &retry, &state, &a.Attempt, &a.Result, &failure, &a.HeartbeatDetails,
+		&scheduled, &started, &ready, &closedA)
+	if err != nil {
+		return store.Activity{}, err
+	}
+	if err := json.Unmarshal([]byte(timeouts), &a.Timeouts); err != nil {
+		return store.Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
+	}
+	if err := json.Unmarshal([]byte(retry), &a.Retry); err != nil {
+		return store.Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
+	}
+	a.State = store.ActivityState(state)
+	if a.Failure, err = parseFailure(failure); err != nil {
+		return store.Activity{}, fmt.Errorf("decode failure of %q: %w", a.ID, err)
+	}
+	a.ScheduledAt, a.StartedAt, a.ReadyAt, a.ClosedAt = fromNanos(scheduled), fromNanos(started), fromNanos(ready), fromNanos(closedA)
+	return a, nil
+}
+
+func failureJSON(f *store.Failure) any {
+	if f == nil {
+		return nil
+	}
+	b, _ := json.Marshal(f)
+	return string(b)
+}
+
+func parseFailure(s sql.NullString) (*store.Failure, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	var f store.Failure
+	if err := json.Unmarshal([]byte(s.String), &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

@@ -1,0 +1,238 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+)
+
+func newActivity(ns, id string) store.Activity {
+	return store.Activity{
+		Namespace:    ns,
+		ID:           id,
+		TaskQueue:    "default",
+		ActivityType: "echo",
+		Payload:      []byte(`{"n":1}`),
+		Fingerprint:  "fp-" + id,
+		Timeouts:     store.Timeouts{StartToClose: time.Minute, ScheduleToClose: time.Hour},
+		Retry:        store.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: 3},
+		State:        store.StateScheduled,
+		ScheduledAt:  time.Now().UTC().Truncate(time.Microsecond),
+	}
+}
+
+func apply(t *testing.T, s store.Store, ws ...store.Write) []bool {
+	t.Helper()
+	changed, err := s.Apply(context.Background(), ws)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return changed
+}
+
+func runActivity(t *testing.T, open Opener) {
+	ctx := context.Background()
+
+	t.Run("InsertIsIdempotentOnNamespaceAndID", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		a := newActivity("ns", "a1")
+		other := newActivity("other", "a1") // same id, other namespace: a different activity
+		dup := newActivity("ns", "a1")
+		dup.Payload = []byte(`"changed"`)
+		got := apply(t, s, store.InsertActivity{Activity: a}, store.InsertActivity{Activity: other}, store.InsertActivity{Activity: dup})
+		if fmt.Sprint(got) != "[true true false]" {
+			t.Fatalf("changed = %v, want [true true false]", got)
+		}
+		read, err := s.GetActivity(ctx, "ns", "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(read.Payload) != `{"n":1}` || read.Fingerprint != "fp-a1" || read.State != store.StateScheduled {
+			t.Fatalf("duplicate insert changed the record: %+v", read)
+		}
+		if read.Timeouts != a.Timeouts || read.Retry.MaximumAttempts != 3 || !read.ScheduledAt.Equal(a.ScheduledAt) {
+			t.Fatalf("record does not round-trip: %+v", read)
+		}
+		if _, err := s.GetActivity(ctx, "ns", "missing"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get missing: %v", err)
+		}
+	})
+
+	t.Run("AttemptLifecycle", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		a := newActivity("ns", "a1")
+		t0 := time.Now().UTC()
+		fail := &store.Failure{Message: "boom", Type: "io", Retryable: true}
+		apply(t, s,
+			store.InsertActivity{Activity: a},
+			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 1, WorkerID: 7, Node: "n1", StartedAt: t0}},
+		)
+		read, _ := s.GetActivity(ctx, "ns", "a1")
+		if read.State != store.StateRunning || read.Attempt != 1 || !read.StartedAt.Equal(t0) {
+			t.Fatalf("after start: %+v", read)
+		}
+		retryAt := t0.Add(time.Second)
+		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "a1", Number: 1, EndedAt: t0.Add(time.Millisecond),
+			Outcome: store.OutcomeFailed, Failure: fail, State: store.StateScheduled, ReadyAt: retryAt,
+			HeartbeatDetails: []byte(`{"step":3}`)})
+		read, _ = s.GetActivity(ctx, "ns", "a1")
+		if read.State != store.StateScheduled || !read.ReadyAt.Equal(retryAt) || string(read.HeartbeatDetails) != `{"step":3}` {
+			t.Fatalf("after retryable failure: %+v", read)
+		}
+		t2 := t0.Add(2 * time.Second)
+		apply(t, s,
+			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 2, WorkerID: 8, StartedAt: t2}},
+			store.EndAttempt{Namespace: "ns", ID: "a1", Number: 2, EndedAt: t2, Outcome: store.OutcomeCompleted,
+				State: store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2},
+		)
+		read, _ = s.GetActivity(ctx, "ns", "a1")
+		if read.State != store.StateCompleted || string(read.Result) != `"ok"` || read.Attempt != 2 ||
+			!read.StartedAt.Equal(t0) || !read.ClosedAt.Equal(t2) || string(read.HeartbeatDetails) != `{"step":3}` {
+			t.Fatalf("after completion: %+v", read)
+		}
+		attempts, err := s.ListAttempts(ctx, "ns", "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(attempts) != 2 || attempts[0].Outcome != store.OutcomeFailed || attempts[0].Failure == nil ||
+			attempts[0].Failure.Message != "boom" || attempts[0].WorkerID != 7 || attempts[0].Node != "n1" ||
+			attempts[1].Outcome != store.OutcomeCompleted || attempts[1].WorkerID != 8 {
+			t.Fatalf("attempts = %+v", attempts)
+		}
+	})
+
+	t.Run("TerminalActivityIsNotChangedAgain", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		now := time.Now().UTC()
+		apply(t, s,
+			store.InsertActivity{Activity: newActivity("ns", "a1")},
+			store.EndAttempt{Namespace: "ns", ID: "a1", State: store.StateTimedOut, ClosedAt: now,
+				ActivityFailure: &store.Failure{Type: "schedule_to_start_timeout", Message: "no worker"}},
+		)
+		got := apply(t, s,
+			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 1, StartedAt: now}},
+			store.EndAttempt{Namespace: "ns", ID: "a1", State: store.StateCompleted, ClosedAt: now},
+			store.StartAttempt{Namespace: "ns", ID: "ghost", Attempt: store.Attempt{Number: 1, StartedAt: now}},
+		)
+		if fmt.Sprint(got) != "[false false false]" {
+			t.Fatalf("writes to a closed or missing activity reported %v", got)
+		}
+		read, _ := s.GetActivity(ctx, "ns", "a1")
+		if read.State != store.StateTimedOut || read.Failure == nil || read.Failure.Type != "schedule_to_start_timeout" {
+			t.Fatalf("closed activity changed: %+v", read)
+		}
+		if at, _ := s.ListAttempts(ctx, "ns", "a1"); len(at) != 0 {
+			t.Fatalf("start on a closed activity recorded %+v", at)
+		}
+	})
+
+	t.Run("ListFiltersAndPages", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		var ws []store.Write
+		for i := range 7 {
+			a := newActivity("ns", fmt.Sprintf("a%d", i))
+			if i%2 == 1 {
+				a.ActivityType = "sleep"
+			}
+			ws = append(ws, store.InsertActivity{Activity: a})
+		}
+		ws = append(ws, store.InsertActivity{Activity: newActivity("other", "x")},
+			store.EndAttempt{Namespace: "ns", ID: "a0", State: store.StateCompleted, ClosedAt: time.Now()})
+		apply(t, s, ws...)
+
+		page1, err := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page2, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page1[2].Seq})
+		page3, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page2[2].Seq})
+		if got := idsOf(page1, page2, page3); got != "[a6 a5 a4 a3 a2 a1 a0]" {
+			t.Fatalf("pages = %s, want newest first across pages", got)
+		}
+		sleeps, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", ActivityType: "sleep"})
+		if got := idsOf(sleeps); got != "[a5 a3 a1]" {
+			t.Fatalf("type filter = %s", got)
+		}
+		done, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", State: store.StateCompleted})
+		if got := idsOf(done); got != "[a0]" {
+			t.Fatalf("state filter = %s", got)
+		}
+		open, err := s.OpenActivities(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := idsOf(open); got != "[a1 a2 a3 a4 a5 a6 x]" {
+			t.Fatalf("open activities = %s, want every non-terminal one oldest first", got)
+		}
+	})
+
+	t.Run("CommitterGroupsConcurrentWrites", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		var (
+			mu      sync.Mutex
+			batches []int
+		)
+		c := store.NewCommitter(s, store.CommitterOptions{Observe: func(n int, _ time.Duration) {
+			mu.Lock()
+			batches = append(batches, n)
+			mu.Unlock()
+		}})
+		const writers, each = 8, 50
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					created, err := c.Commit(ctx, store.InsertActivity{Activity: newActivity("ns", fmt.Sprintf("w%d-%d", w, i))})
+					if err != nil || !created {
+						t.Errorf("commit: created=%v err=%v", created, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		c.Close()
+		if _, err := c.Commit(ctx, store.InsertActivity{Activity: newActivity("ns", "late")}); !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("commit after close: %v, want ErrClosed", err)
+		}
+		all, err := s.OpenActivities(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != writers*each {
+			t.Fatalf("%d activities durable, want %d", len(all), writers*each)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total, largest := 0, 0
+		for _, n := range batches {
+			total += n
+			largest = max(largest, n)
+		}
+		if total != writers*each {
+			t.Fatalf("batches carried %d writes, want %d", total, writers*each)
+		}
+		if largest < 2 {
+			t.Fatalf("no transaction carried more than one write across %d concurrent writers: %v", writers, batches)
+		}
+	})
+}
+
+func idsOf(pages ...[]store.Activity) string {
+	var ids []string
+	for _, p := range pages {
+		for _, a := range p {
+			ids = append(ids, a.ID)
+		}
+	}
+	return fmt.Sprint(ids)
+}
