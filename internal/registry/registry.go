@@ -89,6 +89,29 @@ func (w *Worker) Delivery() Delivery { return w.delivery }
 // Capabilities returns the intervention primitives the worker supports now.
 func (w *Worker) Capabilities() Capabilities { return Capabilities(w.capabilities.Load()) }
 
+// TaskQueue returns the task queue the worker serves.
+func (w *Worker) TaskQueue() string { return w.taskQueue }
+
+// Slots returns how many attempts the worker runs at once.
+func (w *Worker) Slots() int { return w.slots }
+
+// Namespaces calls fn for each namespace the worker serves, in order.
+func (w *Worker) Namespaces(fn func(ns string)) {
+	for _, ns := range w.namespaces {
+		fn(ns)
+	}
+}
+
+// Triples calls fn for each (namespace, task queue, activity type) the
+// worker serves. It allocates nothing, so dispatch can walk it per release.
+func (w *Worker) Triples(fn func(Triple)) {
+	for _, ns := range w.namespaces {
+		for _, typ := range w.activityTypes {
+			fn(Triple{Pool: PoolAddress{Namespace: ns, TaskQueue: w.taskQueue}, ActivityType: typ})
+		}
+	}
+}
+
 // Serves reports whether the worker is registered for namespace ns.
 func (w *Worker) Serves(ns string) bool {
 	_, ok := slices.BinarySearch(w.namespaces, ns)

@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// activity is the in-memory state of one open activity.
+type activity struct {
+	rec store.Activity // as last made durable, plus the current attempt number and state
+
+	// creating is closed once the activity's insert is durable (or failed).
+	creating chan struct{}
+	// queued is true while the activity waits in its pool's queue.
+	queued bool
+	// worker holds the running attempt; nil unless rec.State is running.
+	worker           *registry.Worker
+	attemptStartedAt time.Time
+	lastHeartbeat    time.Time
+	// closing is set once a terminal outcome is decided, before it is durable.
+	closing bool
+	waiters []chan struct{}
+}
+
+func (a *activity) key() key { return key{a.rec.Namespace, a.rec.ID} }
+
+func (a *activity) wakeWaiters() {
+	for _, ch := range a.waiters {
+		close(ch)
+	}
+	a.waiters = nil
+}
+
+// pool holds the waiting work of one triple: one FIFO per node pin, since
+// activities pinned to different nodes match different workers.
+type pool struct {
+	byPin map[string]*queue
+}
+
+// queue is a FIFO of activities that share a triple and a node match.
+type queue struct {
+	triple registry.Triple
+	pin    string
+	match  registry.Match
+	items  []*activity
+	head   int
+}
+
+func (q *queue) len() int { return len(q.items) - q.head }
+
+func (q *queue) push(a *activity) { q.items = append(q.items, a) }
+
+func (q *queue) pop() {
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 1024 && q.head*2 > len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+}
+
+// matchFor turns an activity's node pin or its namespace's placement into a
+// registry match. A pin overrides placement.
+func matchFor(pin string, p store.Placement) registry.Match {
+	if pin != "" {
+		return registry.OnNodes(pin)
+	}
+	switch p.Mode {
+	case store.Pinned:
+		return registry.OnNodes(p.Nodes...)
+	case store.Prefer:
+		return registry.PreferNodes(p.Nodes...)
+	}
+	return registry.AnyNode()
+}
+
+func tripleOf(r *store.Activity) registry.Triple {
+	return registry.NewTriple(r.Namespace, r.TaskQueue, r.ActivityType)
+}
+
+// enqueueLocked puts a ready activity in its queue and tries to dispatch.
+func (e *Engine) enqueueLocked(a *activity) {
+	t := tripleOf(&a.rec)
+	p := e.queues[t]
+	if p == nil {
+		p = &pool{byPin: make(map[string]*queue, 1)}
+		e.queues[t] = p
+	}
+	q := p.byPin[a.rec.Node]
+	if q == nil {
+		q = &queue{triple: t, pin: a.rec.Node, match: matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace))}
+		p.byPin[a.rec.Node] = q
+	}
+	a.queued = true
+	q.push(a)
+	e.dispatchLocked(q)
+}
+
+// dispatchLocked hands queued work to free workers until the queue is empty
+// or no eligible worker has a free slot. An emptied queue is deleted, so
+// nothing keyed by caller-chosen names outlives its work.
+func (e *Engine) dispatchLocked(q *queue) {
+	for q.len() > 0 {
+		a := q.items[q.head]
+		if !a.queued {
+			q.pop() // timed out or cancelled while waiting
+			continue
+		}
+		w, ok := e.reg.Select(q.triple, q.match)
+		if !ok {
+			return
+		}
+		q.pop()
+		a.queued = false
+		e.startLocked(a, w)
+	}
+	if p := e.queues[q.triple]; p != nil && p.byPin[q.pin] == q {
+		delete(p.byPin, q.pin)
+		if len(p.byPin) == 0 {
+			delete(e.queues, q.triple)
+		}
+	}
+}
+
+// dispatchWorkerLocked re-runs dispatch for every queue a worker could serve:
+// after it registers or a slot of it frees.
+func (e *Engine) dispatchWorkerLocked(w *registry.Worker) {
+	if len(e.queues) == 0 {
+		return
+	}
+	w.Triples(func(t registry.Triple) {
+		p := e.queues[t]
+		if p == nil {
+			return
+		}
+		for _, q := range p.byPin {
+			e.dispatchLocked(q)
+		}
+	})
+}
+
+// startLocked begins the next attempt of a on w, whose slot is already taken.
+func (e *Engine) startLocked(a *activity, w *registry.Worker) {
+	now := e.now()
+	a.rec.Attempt++
+	a.rec.State = store.StateRunning
+	if a.rec.StartedAt.IsZero() {
+		a.rec.StartedAt = now
+	}
+	a.worker = w
+	a.attemptStartedAt = now
+	a.lastHeartbeat = now
+	k := a.key()
+	m := e.inflight[w.ID()]
+	if m == nil {
+		m = make(map[key]*activity)
+		e.inflight[w.ID()] = m
+	}
+	m[k] = a
+
+	// The start is durable soon but not awaited: if the server dies first,
+	// recovery finds the activity still scheduled and runs it again, which
+	// at-least-once delivery allows.
+	e.commit.Submit(store.StartAttempt{Namespace: k.ns, ID: k.id, Attempt: store.Attempt{
+		Number: a.rec.Attempt, WorkerID: uint64(w.ID()), Node: w.Node(), StartedAt: now,
+	}}, e.logWriteError)
+
+	t := a.rec.Timeouts
+	if t.StartToClose > 0 {
+		e.armLocked(now.Add(t.StartToClose), k, a.rec.Attempt, timerStartToClose)
+	}
+	if t.Heartbeat > 0 {
+		e.armLocked(now.Add(t.Heartbeat), k, a.rec.Attempt, timerHeartbeat)
+	}
+	task := Task{
+		Namespace:        k.ns,
+		ActivityID:       k.id,
+		Attempt:          a.rec.Attempt,
+		TaskQueue:        a.rec.TaskQueue,
+		ActivityType:     a.rec.ActivityType,
+		Payload:          a.rec.Payload,
+		Node:             a.rec.Node,
+		ScheduledAt:      a.rec.ScheduledAt,
+		StartedAt:        now,
+		StartToClose:     t.StartToClose,
+		Heartbeat:        t.Heartbeat,
+		Deadline:         e.attemptDeadline(a, now),
+		HeartbeatDetails: a.rec.HeartbeatDetails,
+	}
+	if conn, ok := w.Delivery().(Conn); ok {
+		// A failed send means the stream is closing; the worker's departure
+		// fails this attempt as worker_lost and it is retried.
+		_ = conn.SendTask(task)
+	}
+}
+
+// attemptDeadline is when this attempt must end: the earlier of its
+// start-to-close and the activity's schedule-to-close.
+func (e *Engine) attemptDeadline(a *activity, startedAt time.Time) time.Time {
+	var d time.Time
+	if t := a.rec.Timeouts.StartToClose; t > 0 {
+		d = startedAt.Add(t)
+	}
+	if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
+		if c := a.rec.ScheduledAt.Add(t); d.IsZero() || c.Before(d) {
+			d = c
+		}
+	}
+	return d
+}
+
+func (e *Engine) logWriteError(_ bool, err error) {
+	if err != nil {
+		e.log.Error("durable write failed", "err", err)
+	}
+}

@@ -1,0 +1,253 @@
+// Package engine runs the life of every activity: it keeps the open ones in
+// memory, makes each change durable through the store's group committer,
+// dispatches ready work to workers chosen by the registry, and drives
+// timeouts, retries and recovery after a restart.
+//
+// One mutex guards the engine's state. Everything done under it is memory
+// work (queue moves, a registry selection, handing a frame to a worker's
+// outbound queue); durable writes are submitted to the committer and their
+// completion handled in callbacks, so no lock is held across I/O.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// Errors callers branch on; each returned error wraps one and names the field
+// or activity involved.
+var (
+	ErrInvalid            = errors.New("invalid argument")
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrClosed             = errors.New("engine closed")
+)
+
+// Failure types the engine itself assigns.
+const (
+	FailureWorkerLost      = "worker_lost"
+	FailureStartToClose    = "start_to_close_timeout"
+	FailureHeartbeat       = "heartbeat_timeout"
+	FailureScheduleToStart = "schedule_to_start_timeout"
+	FailureScheduleToClose = "schedule_to_close_timeout"
+)
+
+// Defaults fill what a Schedule request leaves unset.
+type Defaults struct {
+	Timeouts store.Timeouts
+	Retry    store.RetryPolicy
+}
+
+// DefaultDefaults are the engine's defaults: wait up to a day for a worker and
+// for the whole activity, ten minutes per attempt, no heartbeat requirement,
+// and retries from one second doubling up to a hundred seconds, without a cap
+// on attempts (the schedule-to-close timeout bounds them).
+func DefaultDefaults() Defaults {
+	return Defaults{
+		Timeouts: store.Timeouts{
+			ScheduleToStart: 24 * time.Hour,
+			StartToClose:    10 * time.Minute,
+			ScheduleToClose: 24 * time.Hour,
+		},
+		Retry: store.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    100 * time.Second,
+		},
+	}
+}
+
+// Config wires an engine.
+type Config struct {
+	Store    store.Store
+	Registry *registry.Registry
+	Minter   *namespace.Minter
+	Defaults Defaults
+	// MaxPayload caps an activity's input and a result, in bytes; 0 means 2 MiB.
+	MaxPayload int
+	Log        *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// CommitterOptions tune the group committer.
+	CommitterOptions store.CommitterOptions
+}
+
+// Task is one attempt handed to a worker.
+type Task struct {
+	Namespace        string
+	ActivityID       string
+	Attempt          int
+	TaskQueue        string
+	ActivityType     string
+	Payload          []byte
+	Node             string
+	ScheduledAt      time.Time
+	StartedAt        time.Time
+	StartToClose     time.Duration
+	Heartbeat        time.Duration
+	Deadline         time.Time
+	HeartbeatDetails []byte
+}
+
+// Conn is how the engine reaches a worker; a worker's registry Delivery must
+// implement it. Both calls must not block.
+type Conn interface {
+	// SendTask pushes one attempt to the worker.
+	SendTask(Task) error
+	// SendCancel asks the worker to stop one attempt.
+	SendCancel(namespace, activityID string, attempt int, reason string) error
+}
+
+// key identifies an activity: ids are unique per namespace only.
+type key struct{ ns, id string }
+
+// Engine is the activity lifecycle. Create it with New, start it with
+// Recover, stop it with Close.
+type Engine struct {
+	st         store.Store
+	reg        *registry.Registry
+	minter     *namespace.Minter
+	commit     *store.Committer
+	defaults   Defaults
+	maxPayload int
+	log        *slog.Logger
+	now        func() time.Time
+
+	mu         sync.Mutex
+	open       map[key]*activity
+	queues     map[registry.Triple]*pool
+	inflight   map[registry.WorkerID]map[key]*activity
+	zombies    map[registry.WorkerID]map[attemptRef]struct{}
+	placements map[string]store.Placement
+	timers     timerHeap
+	closed     bool
+
+	timerWake chan struct{}
+	stop      chan struct{}
+	done      sync.WaitGroup
+}
+
+// attemptRef names one attempt of one activity.
+type attemptRef struct {
+	key
+	attempt int
+}
+
+// New returns an engine over cfg. Nothing runs until Recover.
+func New(cfg Config) *Engine {
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 2 << 20
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Engine{
+		st:         cfg.Store,
+		reg:        cfg.Registry,
+		minter:     cfg.Minter,
+		commit:     store.NewCommitter(cfg.Store, cfg.CommitterOptions),
+		defaults:   cfg.Defaults,
+		maxPayload: cfg.MaxPayload,
+		log:        cfg.Log,
+		now:        cfg.Now,
+		open:       make(map[key]*activity),
+		queues:     make(map[registry.Triple]*pool),
+		inflight:   make(map[registry.WorkerID]map[key]*activity),
+		zombies:    make(map[registry.WorkerID]map[attemptRef]struct{}),
+		placements: make(map[string]store.Placement),
+		timerWake:  make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+	}
+}
+
+// Close stops the timers and the committer after every queued write is
+// durable. Open activities stay in the store for the next start.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	for _, a := range e.open {
+		a.wakeWaiters()
+	}
+	e.mu.Unlock()
+	close(e.stop)
+	e.done.Wait()
+	e.commit.Close()
+}
+
+// InFlight reports how many attempts are running on workers.
+func (e *Engine) InFlight() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, m := range e.inflight {
+		n += len(m)
+	}
+	return n
+}
+
+func (e *Engine) placementLocked(ns string) store.Placement { return e.placements[ns] }
+
+// ensureNamespace authorizes nothing: callers authorize first. It mints or
+// gates ns for a schedule and caches its placement.
+func (e *Engine) ensureNamespace(ctx context.Context, ns string) error {
+	e.mu.Lock()
+	_, known := e.placements[ns]
+	e.mu.Unlock()
+	if known {
+		return nil
+	}
+	recs, err := e.minter.Ensure(ctx, []string{ns}, store.OriginSchedule)
+	if err != nil {
+		return err
+	}
+	e.NoteNamespace(recs[0])
+	return nil
+}
+
+// NoteNamespace records a namespace's current placement (after minting, a
+// registration or a placement change) and re-runs dispatch for its queues,
+// since a new placement may let waiting work through.
+func (e *Engine) NoteNamespace(ns store.Namespace) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, had := e.placements[ns.Name]
+	e.placements[ns.Name] = ns.Placement.Normalize()
+	if had && old.String() == ns.Placement.Normalize().String() {
+		return
+	}
+	for t, p := range e.queues {
+		if t.Pool.Namespace != ns.Name {
+			continue
+		}
+		for _, q := range p.byPin {
+			q.match = matchFor(q.pin, e.placements[ns.Name])
+			e.dispatchLocked(q)
+		}
+	}
+}
+
+func (e *Engine) wakeTimers() {
+	select {
+	case e.timerWake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) errClosed(op string) error { return fmt.Errorf("%s: %w", op, ErrClosed) }

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// View is an activity as a caller sees it: its record and its attempts.
+type View struct {
+	Activity store.Activity
+	Attempts []store.Attempt
+}
+
+// Get returns the current view of one activity.
+func (e *Engine) Get(ctx context.Context, caller namespace.Identity, ns, id string) (View, error) {
+	if err := namespace.Authorize(caller, ns); err != nil {
+		return View{}, fmt.Errorf("get activity: %w", err)
+	}
+	return e.view(ctx, ns, id)
+}
+
+func (e *Engine) view(ctx context.Context, ns, id string) (View, error) {
+	k := key{ns, id}
+	e.mu.Lock()
+	a := e.open[k]
+	var (
+		live    store.Activity
+		running *store.Attempt
+	)
+	if a != nil && a.creating == nil {
+		live = a.rec
+		if a.worker != nil {
+			running = &store.Attempt{Number: a.rec.Attempt, WorkerID: uint64(a.worker.ID()), Node: a.worker.Node(),
+				StartedAt: a.attemptStartedAt, Outcome: store.OutcomeRunning}
+		}
+	}
+	e.mu.Unlock()
+
+	rec, err := e.st.GetActivity(ctx, ns, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return View{}, fmt.Errorf("activity %q in namespace %q: %w", id, ns, ErrNotFound)
+	}
+	if err != nil {
+		return View{}, fmt.Errorf("get activity %q in namespace %q: %w", id, ns, err)
+	}
+	attempts, err := e.st.ListAttempts(ctx, ns, id)
+	if err != nil {
+		return View{}, fmt.Errorf("get activity %q in namespace %q: %w", id, ns, err)
+	}
+	if live.ID != "" && !rec.State.Terminal() {
+		// Memory is ahead of the store: a start is written without waiting.
+		live.Seq = rec.Seq
+		rec = live
+		if running != nil && (len(attempts) == 0 || attempts[len(attempts)-1].Number < running.Number) {
+			attempts = append(attempts, *running)
+		}
+	}
+	return View{Activity: rec, Attempts: attempts}, nil
+}
+
+// Wait blocks until the activity is closed or ctx ends, then returns its view.
+func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id string) (View, error) {
+	if err := namespace.Authorize(caller, ns); err != nil {
+		return View{}, fmt.Errorf("wait for activity: %w", err)
+	}
+	e.mu.Lock()
+	a := e.open[key{ns, id}]
+	var ch chan struct{}
+	if a != nil && !e.closed {
+		ch = make(chan struct{})
+		a.waiters = append(a.waiters, ch)
+	}
+	e.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			e.dropWaiter(key{ns, id}, ch)
+			return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, ctx.Err())
+		}
+	}
+	v, err := e.view(ctx, ns, id)
+	if err != nil {
+		return View{}, err
+	}
+	if !v.Activity.State.Terminal() {
+		return View{}, fmt.Errorf("wait for activity %q in namespace %q: server stopping: %w", id, ns, ErrClosed)
+	}
+	return v, nil
+}
+
+func (e *Engine) dropWaiter(k key, ch chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a := e.open[k]; a != nil {
+		for i, w := range a.waiters {
+			if w == ch {
+				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// ListFilter selects activities for List.
+type ListFilter struct {
+	Namespace    string
+	State        store.ActivityState
+	ActivityType string
+	PageSize     int
+	PageToken    string
+}
+
+// List returns one page of activities, newest first, and the token of the
+// next page ("" at the end).
+func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilter) ([]store.Activity, string, error) {
+	if err := namespace.Authorize(caller, f.Namespace); err != nil {
+		return nil, "", fmt.Errorf("list activities: %w", err)
+	}
+	if f.State != "" && !f.State.Valid() {
+		return nil, "", fmt.Errorf("list activities: state: %q is not a known state: %w", f.State, ErrInvalid)
+	}
+	if f.PageSize < 0 || f.PageSize > 1000 {
+		return nil, "", fmt.Errorf("list activities: page_size: %d, want 0 to 1000: %w", f.PageSize, ErrInvalid)
+	}
+	size := f.PageSize
+	if size == 0 {
+		size = 100
+	}
+	var before int64
+	if f.PageToken != "" {
+		n, err := strconv.ParseInt(f.PageToken, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, "", fmt.Errorf("list activities: page_token: %q is not a token this server issued: %w", f.PageToken, ErrInvalid)
+		}
+		before = n
+	}
+	recs, err := e.st.ListActivities(ctx, store.ActivityFilter{Namespace: f.Namespace, State: f.State,
+		ActivityType: f.ActivityType, Limit: size + 1, Before: before})
+	if err != nil {
+		return nil, "", fmt.Errorf("list activities: %w", err)
+	}
+	next := ""
+	if len(recs) > size {
+		recs = recs[:size]
+		next = strconv.FormatInt(recs[size-1].Seq, 10)
+	}
+	e.mu.Lock()
+	for i := range recs {
+		if a := e.open[key{recs[i].Namespace, recs[i].ID}]; a != nil && a.creating == nil && !recs[i].State.Terminal() {
+			seq := recs[i].Seq
+			recs[i] = a.rec
+			recs[i].Seq = seq
+		}
+	}
+	e.mu.Unlock()
+	return recs, next, nil
+}

@@ -1,0 +1,257 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// Outcome is how a worker says an attempt ended: exactly one of Completed,
+// Canceled or Failure.
+type Outcome struct {
+	Completed bool
+	Result    []byte
+	Canceled  bool
+	Failure   *store.Failure
+}
+
+// Ack answers a worker about one result; refused is empty when the outcome
+// is durable, and otherwise says why it was discarded. It must not block.
+type Ack func(refused string)
+
+// WorkerJoined re-runs dispatch for the work a newly registered worker can take.
+func (e *Engine) WorkerJoined(w *registry.Worker) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dispatchWorkerLocked(w)
+}
+
+// WorkerLeft fails every attempt in flight on a departed worker as retryable
+// worker_lost; each is retried under its activity's retry policy.
+func (e *Engine) WorkerLeft(w *registry.Worker) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	for _, a := range e.inflight[w.ID()] {
+		e.failAttemptLocked(a, &store.Failure{
+			Type:      FailureWorkerLost,
+			Message:   fmt.Sprintf("worker %v left while running attempt %d", w.ID(), a.rec.Attempt),
+			Retryable: true,
+		}, store.OutcomeFailed, now, false)
+	}
+	delete(e.inflight, w.ID())
+	delete(e.zombies, w.ID())
+}
+
+// Complete takes a worker's result for one attempt. The ack is sent only
+// once the outcome is durable; a result for an attempt that is not the
+// activity's current one on this worker is refused and changes nothing.
+func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Outcome, ack Ack) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := key{ns, id}
+	a := e.open[k]
+	if a == nil || a.closing || a.rec.State != store.StateRunning || a.rec.Attempt != attempt || a.worker != w {
+		e.freeZombieLocked(w, attemptRef{k, attempt})
+		ack(fmt.Sprintf("attempt %d of activity %q in namespace %q is not current on this worker", attempt, id, ns))
+		return
+	}
+	now := e.now()
+	e.leaveWorkerLocked(a)
+	end := store.EndAttempt{Namespace: ns, ID: id, Number: attempt, EndedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
+	switch {
+	case out.Completed:
+		end.Outcome, end.State, end.Result, end.ClosedAt = store.OutcomeCompleted, store.StateCompleted, out.Result, now
+	case out.Canceled:
+		end.Outcome, end.State, end.ClosedAt = store.OutcomeCanceled, store.StateCanceled, now
+		end.ActivityFailure = &store.Failure{Type: "canceled", Message: "the worker reported the attempt canceled"}
+	default:
+		f := out.Failure
+		if f == nil {
+			f = &store.Failure{Type: "error", Message: "the worker reported a failure without details", Retryable: true}
+		}
+		end.Outcome, end.Failure = store.OutcomeFailed, f
+		e.decideLocked(a, f, &end, now)
+	}
+	e.settleLocked(a, end, func(err error) {
+		e.reg.Release(w)
+		e.dispatchWorkerLocked(w)
+		if err != nil {
+			// Not durable, so not acknowledged: the worker keeps the
+			// result and sends it again after it reconnects.
+			return
+		}
+		ack("")
+	})
+}
+
+// Heartbeat records progress of a running attempt. refused is set when the
+// attempt is not current on this worker (it should stop).
+func (e *Engine) Heartbeat(w *registry.Worker, ns, id string, attempt int, details []byte) (refused string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a := e.open[key{ns, id}]
+	if a == nil || a.closing || a.rec.State != store.StateRunning || a.rec.Attempt != attempt || a.worker != w {
+		return fmt.Sprintf("attempt %d of activity %q in namespace %q is not current on this worker", attempt, id, ns)
+	}
+	a.lastHeartbeat = e.now()
+	if details != nil {
+		a.rec.HeartbeatDetails = details
+	}
+	return ""
+}
+
+// leaveWorkerLocked detaches the running attempt from its worker.
+func (e *Engine) leaveWorkerLocked(a *activity) {
+	w := a.worker
+	if m := e.inflight[w.ID()]; m != nil {
+		delete(m, a.key())
+		if len(m) == 0 {
+			delete(e.inflight, w.ID())
+		}
+	}
+	a.worker = nil
+}
+
+// abandonAttemptLocked gives up on the running attempt while its worker may
+// still be running it: the worker is asked to stop and its slot stays taken
+// until it reports the attempt or leaves, so its slot count stays true.
+func (e *Engine) abandonAttemptLocked(a *activity, reason string) {
+	w := a.worker
+	ref := attemptRef{a.key(), a.rec.Attempt}
+	e.leaveWorkerLocked(a)
+	if !e.reg.IsRegistered(w.ID()) {
+		e.reg.Release(w)
+		return
+	}
+	z := e.zombies[w.ID()]
+	if z == nil {
+		z = make(map[attemptRef]struct{})
+		e.zombies[w.ID()] = z
+	}
+	z[ref] = struct{}{}
+	if conn, ok := w.Delivery().(Conn); ok {
+		_ = conn.SendCancel(ref.ns, ref.id, ref.attempt, reason)
+	}
+}
+
+// freeZombieLocked releases the slot of an abandoned attempt once its
+// worker reports it.
+func (e *Engine) freeZombieLocked(w *registry.Worker, ref attemptRef) {
+	z := e.zombies[w.ID()]
+	if _, ok := z[ref]; !ok {
+		return
+	}
+	delete(z, ref)
+	if len(z) == 0 {
+		delete(e.zombies, w.ID())
+	}
+	e.reg.Release(w)
+	e.dispatchWorkerLocked(w)
+}
+
+// failAttemptLocked ends the running attempt with a failure the engine
+// decided (timeout, lost worker) and retries or closes the activity.
+func (e *Engine) failAttemptLocked(a *activity, f *store.Failure, outcome store.AttemptOutcome, now time.Time, abandon bool) {
+	w := a.worker
+	if abandon {
+		e.abandonAttemptLocked(a, f.Type)
+	} else {
+		e.leaveWorkerLocked(a)
+		e.reg.Release(w)
+	}
+	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, Number: a.rec.Attempt, EndedAt: now,
+		Outcome: outcome, Failure: f, HeartbeatDetails: a.rec.HeartbeatDetails}
+	e.decideLocked(a, f, &end, now)
+	e.settleLocked(a, end, nil)
+}
+
+// closeLocked ends the activity without a worker's result (a timeout that
+// is not retried), abandoning a running attempt first.
+func (e *Engine) closeLocked(a *activity, state store.ActivityState, f *store.Failure, now time.Time) {
+	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, State: state, ActivityFailure: f,
+		ClosedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
+	if a.rec.State == store.StateRunning && a.worker != nil {
+		e.abandonAttemptLocked(a, f.Type)
+		end.Number, end.EndedAt, end.Outcome, end.Failure = a.rec.Attempt, now, store.OutcomeTimedOut, f
+	}
+	e.settleLocked(a, end, nil)
+}
+
+// decideLocked fills end with the activity's next state after a failed
+// attempt: scheduled again after a backoff, or closed for good.
+func (e *Engine) decideLocked(a *activity, f *store.Failure, end *store.EndAttempt, now time.Time) {
+	p := a.rec.Retry
+	retry := f.Retryable && !slices.Contains(p.NonRetryableErrorTypes, f.Type) &&
+		(p.MaximumAttempts == 0 || a.rec.Attempt < p.MaximumAttempts)
+	var readyAt time.Time
+	if retry {
+		readyAt = now.Add(backoff(p, a.rec.Attempt))
+		if t := a.rec.Timeouts.ScheduleToClose; t > 0 && !readyAt.Before(a.rec.ScheduledAt.Add(t)) {
+			retry = false // the retry could not start before the activity times out
+		}
+	}
+	if retry {
+		end.State, end.ReadyAt = store.StateScheduled, readyAt
+		return
+	}
+	end.State, end.ActivityFailure, end.ClosedAt = store.StateFailed, f, now
+	switch f.Type {
+	case FailureStartToClose, FailureHeartbeat, FailureScheduleToStart, FailureScheduleToClose:
+		end.State = store.StateTimedOut
+	}
+}
+
+// backoff is the wait before the attempt after attempt n (n from 1).
+func backoff(p store.RetryPolicy, n int) time.Duration {
+	d := float64(p.InitialInterval) * math.Pow(p.BackoffCoefficient, float64(n-1))
+	if p.MaximumInterval > 0 && d > float64(p.MaximumInterval) {
+		return p.MaximumInterval
+	}
+	if d > float64(math.MaxInt64) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
+}
+
+// settleLocked applies end to the activity in memory now and durably soon.
+// Once durable, a closed activity leaves memory and wakes its waiters, and a
+// retried one becomes ready at its ReadyAt; then onDurable runs, under the
+// engine lock, with the write's error.
+func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(error)) {
+	k := a.key()
+	terminal := end.State.Terminal()
+	a.closing = terminal
+	a.rec.State = end.State
+	a.rec.ReadyAt = end.ReadyAt
+	if terminal {
+		a.rec.Result, a.rec.Failure, a.rec.ClosedAt = end.Result, end.ActivityFailure, end.ClosedAt
+	}
+	attempt := a.rec.Attempt
+	e.commit.Submit(end, func(_ bool, err error) {
+		if err != nil {
+			e.log.Error("durable write failed", "namespace", k.ns, "activity", k.id, "err", err)
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if terminal {
+			if e.open[k] == a {
+				delete(e.open, k)
+			}
+			a.wakeWaiters()
+		} else if e.open[k] == a && !a.closing && a.rec.State == store.StateScheduled && a.rec.Attempt == attempt && !e.closed {
+			if now := e.now(); end.ReadyAt.After(now) {
+				e.armLocked(end.ReadyAt, k, attempt, timerReady)
+			} else {
+				e.readyLocked(a, now)
+			}
+		}
+		if onDurable != nil {
+			onDurable(err)
+		}
+	})
+}

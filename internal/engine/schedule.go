@@ -1,0 +1,329 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aion-run/aion/internal/name"
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// Request asks for one activity to be scheduled. Zero timeouts and retry
+// fields take the engine's defaults.
+type Request struct {
+	Namespace    string
+	// ID makes scheduling idempotent; empty means the engine picks one.
+	ID           string
+	TaskQueue    string
+	ActivityType string
+	Node         string
+	Payload      []byte
+	Timeouts     store.Timeouts
+	Retry        store.RetryPolicy
+}
+
+// Scheduled is the outcome of one Request.
+type Scheduled struct {
+	Activity store.Activity
+	// Existing is true when the id was already scheduled by the same request.
+	Existing bool
+	Err      error
+}
+
+// Schedule makes one activity durable and queues it for dispatch. It returns
+// once the activity is durable. Scheduling the same id again with the same
+// request returns the existing activity; with a different request it fails
+// with ErrAlreadyExists.
+func (e *Engine) Schedule(ctx context.Context, caller namespace.Identity, r Request) (store.Activity, bool, error) {
+	out := e.ScheduleBatch(ctx, caller, []Request{r})
+	return out[0].Activity, out[0].Existing, out[0].Err
+}
+
+// slot is one request's progress through ScheduleBatch.
+type slot struct {
+	done chan struct{} // closed when res is final
+	res  Scheduled
+	// lookup: the id exists durably (closed); compare against the store.
+	lookup bool
+	// wait: another request in flight is creating this id; wait for it.
+	wait *activity
+	rec  store.Activity
+}
+
+// ScheduleBatch schedules every request, committing them together, and
+// returns one result per request in order. A refused request does not affect
+// the others.
+func (e *Engine) ScheduleBatch(ctx context.Context, caller namespace.Identity, reqs []Request) []Scheduled {
+	slots := make([]*slot, len(reqs))
+	for i, r := range reqs {
+		s := &slot{done: make(chan struct{})}
+		slots[i] = s
+		rec, err := e.prepare(ctx, caller, r)
+		if err != nil {
+			s.res.Err = err
+			close(s.done)
+			continue
+		}
+		s.rec = rec
+		e.reserve(s)
+	}
+	out := make([]Scheduled, len(reqs))
+	for i, s := range slots {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			out[i].Err = fmt.Errorf("schedule: %w", ctx.Err())
+			continue
+		}
+		if s.wait != nil {
+			s.res = e.awaitCreation(ctx, s.wait, s.rec)
+		}
+		if s.lookup {
+			s.res = e.compareDurable(ctx, s.rec)
+		}
+		out[i] = s.res
+	}
+	return out
+}
+
+// reserve claims the id in memory and submits the insert, or finds the open
+// activity that already holds it.
+func (e *Engine) reserve(s *slot) {
+	k := key{s.rec.Namespace, s.rec.ID}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		s.res.Err = e.errClosed("schedule")
+		close(s.done)
+		return
+	}
+	if a := e.open[k]; a != nil {
+		s.wait = a
+		close(s.done)
+		return
+	}
+	a := &activity{rec: s.rec, creating: make(chan struct{})}
+	e.open[k] = a
+	e.commit.Submit(store.InsertActivity{Activity: s.rec}, func(created bool, err error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		defer close(s.done)
+		creating := a.creating
+		a.creating = nil
+		defer close(creating)
+		switch {
+		case err != nil:
+			delete(e.open, k)
+			s.res.Err = fmt.Errorf("schedule activity %q in namespace %q: %w", k.id, k.ns, err)
+		case !created:
+			// The id belongs to an activity closed before this server
+			// started; it is in the store only.
+			delete(e.open, k)
+			s.lookup = true
+		default:
+			s.res.Activity = a.rec
+			now := e.now()
+			if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
+				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
+			}
+			e.readyLocked(a, now)
+		}
+	})
+}
+
+// awaitCreation answers a request whose id an open activity already holds.
+func (e *Engine) awaitCreation(ctx context.Context, a *activity, want store.Activity) Scheduled {
+	e.mu.Lock()
+	creating := a.creating
+	e.mu.Unlock()
+	if creating != nil {
+		select {
+		case <-creating:
+		case <-ctx.Done():
+			return Scheduled{Err: fmt.Errorf("schedule: %w", ctx.Err())}
+		}
+	}
+	e.mu.Lock()
+	got := a.rec
+	lost := e.open[key{got.Namespace, got.ID}] != a && !got.State.Terminal()
+	e.mu.Unlock()
+	if lost { // its insert failed, or the id belongs to a closed record
+		return e.compareDurable(ctx, want)
+	}
+	return sameRequest(got, want)
+}
+
+func (e *Engine) compareDurable(ctx context.Context, want store.Activity) Scheduled {
+	got, err := e.st.GetActivity(ctx, want.Namespace, want.ID)
+	if err != nil {
+		return Scheduled{Err: fmt.Errorf("schedule activity %q in namespace %q: %w", want.ID, want.Namespace, err)}
+	}
+	return sameRequest(got, want)
+}
+
+func sameRequest(got, want store.Activity) Scheduled {
+	if got.Fingerprint != want.Fingerprint {
+		return Scheduled{Err: fmt.Errorf("id: activity %q already exists in namespace %q with a different request: %w",
+			want.ID, want.Namespace, ErrAlreadyExists)}
+	}
+	return Scheduled{Activity: got, Existing: true}
+}
+
+// prepare validates and authorizes a request and builds its record.
+func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Request) (store.Activity, error) {
+	if err := validate(r, e.maxPayload); err != nil {
+		return store.Activity{}, fmt.Errorf("schedule: %w", err)
+	}
+	if err := namespace.Authorize(caller, r.Namespace); err != nil {
+		return store.Activity{}, fmt.Errorf("schedule: %w", err)
+	}
+	if err := e.ensureNamespace(ctx, r.Namespace); err != nil {
+		return store.Activity{}, fmt.Errorf("schedule: %w", err)
+	}
+	if r.Node != "" {
+		e.mu.Lock()
+		p := e.placementLocked(r.Namespace)
+		e.mu.Unlock()
+		if p.Mode == store.Pinned && !slices.Contains(p.Nodes, r.Node) {
+			return store.Activity{}, fmt.Errorf("schedule: node: %q is outside namespace %q's placement %s, so no worker could run it: %w",
+				r.Node, r.Namespace, p, ErrFailedPrecondition)
+		}
+	}
+	id := r.ID
+	if id == "" {
+		id = newID()
+	}
+	return store.Activity{
+		Namespace:    r.Namespace,
+		ID:           id,
+		TaskQueue:    registry.Pool(r.Namespace, r.TaskQueue).TaskQueue,
+		ActivityType: r.ActivityType,
+		Node:         r.Node,
+		Payload:      r.Payload,
+		Fingerprint:  fingerprint(r),
+		Timeouts:     e.timeouts(r.Timeouts),
+		Retry:        e.retry(r.Retry),
+		State:        store.StateScheduled,
+		ScheduledAt:  e.now().UTC(),
+	}, nil
+}
+
+func validate(r Request, maxPayload int) error {
+	checks := []error{
+		name.Check("namespace", r.Namespace, name.MaxName),
+		name.Check("activity_type", r.ActivityType, name.MaxName),
+		name.CheckOptional("task_queue", r.TaskQueue, name.MaxName),
+		name.CheckOptional("node", r.Node, name.MaxName),
+		name.CheckOptional("id", r.ID, name.MaxID),
+	}
+	for _, err := range checks {
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, ErrInvalid)
+		}
+	}
+	if len(r.Payload) > maxPayload {
+		return fmt.Errorf("payload: %d bytes, at most %d allowed: %w", len(r.Payload), maxPayload, ErrResourceExhausted)
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"schedule_to_start_timeout", r.Timeouts.ScheduleToStart},
+		{"start_to_close_timeout", r.Timeouts.StartToClose},
+		{"schedule_to_close_timeout", r.Timeouts.ScheduleToClose},
+		{"heartbeat_timeout", r.Timeouts.Heartbeat},
+		{"retry_policy.initial_interval", r.Retry.InitialInterval},
+		{"retry_policy.maximum_interval", r.Retry.MaximumInterval},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: %v is negative: %w", d.field, d.v, ErrInvalid)
+		}
+	}
+	if c := r.Retry.BackoffCoefficient; c != 0 && c < 1 {
+		return fmt.Errorf("retry_policy.backoff_coefficient: %v, want at least 1: %w", c, ErrInvalid)
+	}
+	if r.Retry.MaximumAttempts < 0 {
+		return fmt.Errorf("retry_policy.maximum_attempts: %d is negative: %w", r.Retry.MaximumAttempts, ErrInvalid)
+	}
+	if r.Retry.MaximumInterval > 0 && r.Retry.InitialInterval > r.Retry.MaximumInterval {
+		return fmt.Errorf("retry_policy.maximum_interval: %v is below initial_interval %v: %w",
+			r.Retry.MaximumInterval, r.Retry.InitialInterval, ErrInvalid)
+	}
+	return nil
+}
+
+func (e *Engine) timeouts(t store.Timeouts) store.Timeouts {
+	d := e.defaults.Timeouts
+	if t.ScheduleToClose == 0 {
+		t.ScheduleToClose = d.ScheduleToClose
+	}
+	if t.ScheduleToStart == 0 {
+		t.ScheduleToStart = d.ScheduleToStart
+		if t.ScheduleToClose > 0 && t.ScheduleToStart > t.ScheduleToClose {
+			t.ScheduleToStart = t.ScheduleToClose
+		}
+	}
+	if t.StartToClose == 0 {
+		t.StartToClose = d.StartToClose
+		if t.ScheduleToClose > 0 && t.StartToClose > t.ScheduleToClose {
+			t.StartToClose = t.ScheduleToClose
+		}
+	}
+	if t.Heartbeat == 0 {
+		t.Heartbeat = d.Heartbeat
+	}
+	return t
+}
+
+func (e *Engine) retry(p store.RetryPolicy) store.RetryPolicy {
+	d := e.defaults.Retry
+	if p.InitialInterval == 0 {
+		p.InitialInterval = d.InitialInterval
+	}
+	if p.BackoffCoefficient == 0 {
+		p.BackoffCoefficient = d.BackoffCoefficient
+	}
+	if p.MaximumInterval == 0 {
+		p.MaximumInterval = max(d.MaximumInterval, p.InitialInterval)
+	}
+	if p.MaximumAttempts == 0 {
+		p.MaximumAttempts = d.MaximumAttempts
+	}
+	return p
+}
+
+// fingerprint identifies a request by everything the caller chose, so a
+// retry of the same call matches even if server defaults changed meanwhile.
+func fingerprint(r Request) string {
+	h := sha256.New()
+	field := func(b []byte) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for _, s := range []string{r.Namespace, r.ID, registry.Pool(r.Namespace, r.TaskQueue).TaskQueue, r.ActivityType, r.Node} {
+		field([]byte(s))
+	}
+	field(r.Payload)
+	for _, d := range []time.Duration{r.Timeouts.ScheduleToStart, r.Timeouts.StartToClose, r.Timeouts.ScheduleToClose,
+		r.Timeouts.Heartbeat, r.Retry.InitialInterval, r.Retry.MaximumInterval} {
+		field(binary.BigEndian.AppendUint64(nil, uint64(d)))
+	}
+	field(fmt.Appendf(nil, "%v/%d/%q", r.Retry.BackoffCoefficient, r.Retry.MaximumAttempts, r.Retry.NonRetryableErrorTypes))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

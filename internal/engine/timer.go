@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+)
+
+type timerKind uint8
+
+const (
+	timerReady           timerKind = iota // a retry's backoff has passed
+	timerScheduleToStart                  // no attempt started in time
+	timerStartToClose                     // the attempt ran too long
+	timerHeartbeat                        // the attempt stopped heartbeating
+	timerScheduleToClose                  // the activity ran out of time
+)
+
+// timer is one deadline. Timers are never removed early: when one fires, it
+// acts only if the activity is still in the state it was armed for (same
+// attempt number), so a stale timer is a cheap no-op.
+type timer struct {
+	at      time.Time
+	k       key
+	attempt int
+	kind    timerKind
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}
+
+// armLocked adds a deadline and wakes the timer loop if it is now the earliest.
+func (e *Engine) armLocked(at time.Time, k key, attempt int, kind timerKind) {
+	heap.Push(&e.timers, timer{at: at, k: k, attempt: attempt, kind: kind})
+	if e.timers[0].at.Equal(at) {
+		e.wakeTimers()
+	}
+}
+
+// runTimers fires deadlines until the engine stops.
+func (e *Engine) runTimers() {
+	defer e.done.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		e.mu.Lock()
+		now := e.now()
+		for len(e.timers) > 0 && !e.timers[0].at.After(now) {
+			e.fireLocked(heap.Pop(&e.timers).(timer), now)
+		}
+		wait := time.Hour
+		if len(e.timers) > 0 {
+			wait = e.timers[0].at.Sub(now)
+		}
+		e.mu.Unlock()
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-e.timerWake:
+		case <-e.stop:
+			return
+		}
+	}
+}
+
+func (e *Engine) fireLocked(tm timer, now time.Time) {
+	a := e.open[tm.k]
+	if a == nil || a.closing || a.creating != nil {
+		return
+	}
+	switch tm.kind {
+	case timerReady:
+		if a.rec.State == store.StateScheduled && a.rec.Attempt == tm.attempt && !a.queued {
+			e.readyLocked(a, now)
+		}
+	case timerScheduleToStart:
+		if a.rec.State == store.StateScheduled && a.rec.Attempt == tm.attempt {
+			a.queued = false
+			e.closeLocked(a, store.StateTimedOut, &store.Failure{
+				Type:    FailureScheduleToStart,
+				Message: "no worker started the activity within its schedule-to-start timeout of " + a.rec.Timeouts.ScheduleToStart.String(),
+			}, now)
+		}
+	case timerStartToClose:
+		if a.rec.State == store.StateRunning && a.rec.Attempt == tm.attempt {
+			e.failAttemptLocked(a, &store.Failure{
+				Type:      FailureStartToClose,
+				Message:   "attempt exceeded its start-to-close timeout of " + a.rec.Timeouts.StartToClose.String(),
+				Retryable: true,
+			}, store.OutcomeTimedOut, now, true)
+		}
+	case timerHeartbeat:
+		if a.rec.State == store.StateRunning && a.rec.Attempt == tm.attempt {
+			if due := a.lastHeartbeat.Add(a.rec.Timeouts.Heartbeat); due.After(now) {
+				e.armLocked(due, tm.k, tm.attempt, timerHeartbeat)
+				return
+			}
+			e.failAttemptLocked(a, &store.Failure{
+				Type:      FailureHeartbeat,
+				Message:   "no heartbeat within the heartbeat timeout of " + a.rec.Timeouts.Heartbeat.String(),
+				Retryable: true,
+			}, store.OutcomeTimedOut, now, true)
+		}
+	case timerScheduleToClose:
+		a.queued = false
+		e.closeLocked(a, store.StateTimedOut, &store.Failure{
+			Type:    FailureScheduleToClose,
+			Message: "activity exceeded its schedule-to-close timeout of " + a.rec.Timeouts.ScheduleToClose.String(),
+		}, now)
+	}
+}
+
+// readyLocked makes a scheduled activity eligible for dispatch now and arms
+// its schedule-to-start deadline for this attempt.
+func (e *Engine) readyLocked(a *activity, now time.Time) {
+	if t := a.rec.Timeouts.ScheduleToStart; t > 0 {
+		e.armLocked(now.Add(t), a.key(), a.rec.Attempt, timerScheduleToStart)
+	}
+	e.enqueueLocked(a)
+}

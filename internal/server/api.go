@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/name"
+	"github.com/aion-run/aion/internal/namespace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxBatch caps the requests of one ScheduleBatch.
+const maxBatch = 1000
+
+type activityService struct {
+	aionv1.UnimplementedActivityServiceServer
+	s *Server
+}
+
+func (a *activityService) Schedule(ctx context.Context, r *aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error) {
+	req, err := requestFromProto(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rec, existing, err := a.s.eng.Schedule(ctx, a.s.caller(ctx), req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.ScheduleResponse{Activity: activityToProto(rec, nil), Existing: existing}, nil
+}
+
+func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleBatchRequest) (*aionv1.ScheduleBatchResponse, error) {
+	n := len(r.GetRequests())
+	if n == 0 || n > maxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "requests: %d given, want 1 to %d", n, maxBatch)
+	}
+	out := &aionv1.ScheduleBatchResponse{Results: make([]*aionv1.ScheduleBatchResult, n)}
+	reqs := make([]engine.Request, 0, n)
+	index := make([]int, 0, n) // position in r of each request passed on
+	for i, pr := range r.GetRequests() {
+		req, err := requestFromProto(pr)
+		if err != nil {
+			out.Results[i] = batchError(fmt.Errorf("requests[%d]: %w", i, err))
+			continue
+		}
+		reqs = append(reqs, req)
+		index = append(index, i)
+	}
+	for j, res := range a.s.eng.ScheduleBatch(ctx, a.s.caller(ctx), reqs) {
+		i := index[j]
+		if res.Err != nil {
+			out.Results[i] = batchError(fmt.Errorf("requests[%d]: %w", i, res.Err))
+			continue
+		}
+		out.Results[i] = &aionv1.ScheduleBatchResult{
+			Result:   &aionv1.ScheduleBatchResult_Activity{Activity: activityToProto(res.Activity, nil)},
+			Existing: res.Existing,
+		}
+	}
+	return out, nil
+}
+
+func batchError(err error) *aionv1.ScheduleBatchResult {
+	return &aionv1.ScheduleBatchResult{Result: &aionv1.ScheduleBatchResult_Error{
+		Error: &aionv1.Status{Code: int32(codeOf(err)), Message: err.Error()},
+	}}
+}
+
+func checkRef(ns, id string) error {
+	if err := name.Check("namespace", ns, name.MaxName); err != nil {
+		return err
+	}
+	return name.Check("id", id, name.MaxID)
+}
+
+func (a *activityService) Get(ctx context.Context, r *aionv1.GetActivityRequest) (*aionv1.GetActivityResponse, error) {
+	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	v, err := a.s.eng.Get(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.GetActivityResponse{Activity: activityToProto(v.Activity, v.Attempts)}, nil
+}
+
+func (a *activityService) Wait(ctx context.Context, r *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
+	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	v, err := a.s.eng.Wait(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.WaitResponse{Activity: activityToProto(v.Activity, v.Attempts)}, nil
+}
+
+func (a *activityService) List(ctx context.Context, r *aionv1.ListActivitiesRequest) (*aionv1.ListActivitiesResponse, error) {
+	if err := name.Check("namespace", r.GetNamespace(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	state, err := stateFromProto(r.GetState())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	recs, next, err := a.s.eng.List(ctx, a.s.caller(ctx), engine.ListFilter{
+		Namespace:    r.GetNamespace(),
+		State:        state,
+		ActivityType: r.GetActivityType(),
+		PageSize:     int(r.GetPageSize()),
+		PageToken:    r.GetPageToken(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &aionv1.ListActivitiesResponse{NextPageToken: next}
+	for _, rec := range recs {
+		out.Activities = append(out.Activities, activityToProto(rec, nil))
+	}
+	return out, nil
+}
+
+type namespaceService struct {
+	aionv1.UnimplementedNamespaceServiceServer
+	s *Server
+}
+
+func (n *namespaceService) Create(ctx context.Context, r *aionv1.CreateNamespaceRequest) (*aionv1.CreateNamespaceResponse, error) {
+	if err := name.Check("name", r.GetName(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := namespace.Authorize(n.s.caller(ctx), r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	ns, created, err := n.s.minter.Create(ctx, r.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	n.s.eng.NoteNamespace(ns)
+	return &aionv1.CreateNamespaceResponse{Namespace: namespaceToProto(ns), Created: created}, nil
+}
+
+func (n *namespaceService) Get(ctx context.Context, r *aionv1.GetNamespaceRequest) (*aionv1.GetNamespaceResponse, error) {
+	if err := name.Check("name", r.GetName(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := namespace.Authorize(n.s.caller(ctx), r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	ns, err := n.s.st.GetNamespace(ctx, r.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.GetNamespaceResponse{Namespace: namespaceToProto(ns)}, nil
+}
+
+func (n *namespaceService) List(ctx context.Context, r *aionv1.ListNamespacesRequest) (*aionv1.ListNamespacesResponse, error) {
+	all, err := n.s.st.ListNamespaces(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	caller := n.s.caller(ctx)
+	out := &aionv1.ListNamespacesResponse{}
+	for _, ns := range all {
+		if caller.Allows(ns.Name) {
+			out.Namespaces = append(out.Namespaces, namespaceToProto(ns))
+		}
+	}
+	return out, nil
+}
+
+func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacementRequest) (*aionv1.SetPlacementResponse, error) {
+	if err := name.Check("name", r.GetName(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	p, err := placementFromProto(r.GetPlacement())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for i, node := range p.Nodes {
+		if err := name.Check(fmt.Sprintf("placement.nodes[%d]", i), node, name.MaxName); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if err := namespace.Authorize(n.s.caller(ctx), r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	ns, err := n.s.st.SetPlacement(ctx, r.GetName(), p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	n.s.eng.NoteNamespace(ns)
+	n.s.log.Info("placement changed", "namespace", ns.Name, "placement", ns.Placement.String())
+	return &aionv1.SetPlacementResponse{Namespace: namespaceToProto(ns)}, nil
+}

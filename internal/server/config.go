@@ -1,0 +1,42 @@
+package server
+
+import (
+	"time"
+
+	"github.com/aion-run/aion/internal/namespace"
+)
+
+// Config is everything `aion server` and `aion dev` can set.
+type Config struct {
+	// GRPCAddr is where the gRPC services listen.
+	GRPCAddr string
+	// HTTPAddr is where /healthz, /readyz (and later metrics and the
+	// console) listen.
+	HTTPAddr string
+	// DataDir holds the SQLite file (aion.db).
+	DataDir string
+	// AutoCreate is the namespace auto-create policy.
+	AutoCreate namespace.AutoCreate
+	// DrainTimeout bounds how long shutdown waits for in-flight work.
+	DrainTimeout time.Duration
+	// HeartbeatWindow is how long a worker may stay silent before it is
+	// deregistered with reason timeout.
+	HeartbeatWindow time.Duration
+	// SQLiteSync is the SQLite synchronous mode: "full" or "normal".
+	SQLiteSync string
+	// Dev marks the embedded developer server (authorization off).
+	Dev bool
+}
+
+// Defaults returns the configuration `aion server` starts from.
+func Defaults() Config {
+	return Config{
+		GRPCAddr:        "127.0.0.1:50051",
+		HTTPAddr:        "127.0.0.1:8080",
+		DataDir:         ".aion",
+		AutoCreate:      namespace.Open,
+		DrainTimeout:    30 * time.Second,
+		HeartbeatWindow: 15 * time.Second,
+		SQLiteSync:      "full",
+	}
+}

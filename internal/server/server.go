@@ -1,0 +1,273 @@
+// Package server is aion's edge: the gRPC services (worker stream, activity,
+// namespace), gRPC health and reflection, and the HTTP side (health and
+// readiness). It wires the store, the namespace plane, the registry and the
+// engine together, and maps their errors to gRPC status codes.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/store/sqlite"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Server is one running aion node.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	st         *sqlite.Store
+	minter     *namespace.Minter
+	reg        *registry.Registry
+	eng        *engine.Engine
+	maxPayload int
+
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	bg       sync.WaitGroup
+	stopBG   context.CancelFunc
+	serveErr chan error
+
+	connsMu sync.Mutex
+	conns   map[registry.WorkerID]*conn
+
+	ready        atomic.Bool
+	shuttingDown atomic.Bool
+	drainUntil   atomic.Int64
+	stopOnce     sync.Once
+}
+
+// Start opens the store, recovers open activities, and starts serving. The
+// caller must call Shutdown.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HeartbeatWindow <= 0 {
+		return nil, fmt.Errorf("heartbeat window: %v, want more than zero", cfg.HeartbeatWindow)
+	}
+	if cfg.DrainTimeout < 0 {
+		return nil, fmt.Errorf("drain timeout: %v is negative", cfg.DrainTimeout)
+	}
+	if cfg.SQLiteSync == "" {
+		cfg.SQLiteSync = "full"
+	}
+	path := filepath.Join(cfg.DataDir, "aion.db")
+	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20}
+	s.minter = namespace.NewMinter(st, cfg.AutoCreate, func(ns store.Namespace) {
+		s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
+		if s.eng != nil {
+			s.eng.NoteNamespace(ns)
+		}
+	})
+	s.reg = registry.New(registry.Options{Admission: s.minter})
+	s.eng = engine.New(engine.Config{
+		Store:      st,
+		Registry:   s.reg,
+		Minter:     s.minter,
+		Defaults:   engine.DefaultDefaults(),
+		MaxPayload: s.maxPayload,
+		Log:        log,
+	})
+	n, err := s.eng.Recover(ctx)
+	if err != nil {
+		s.eng.Close()
+		st.Close()
+		return nil, err
+	}
+	log.Info("store opened", "path", path, "synchronous", cfg.SQLiteSync, "open_activities", n)
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		s.eng.Close()
+		st.Close()
+		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		s.grpcLis.Close()
+		s.eng.Close()
+		st.Close()
+		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(64<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	aionv1.RegisterWorkerServiceServer(s.grpc, &workerService{s: s})
+	aionv1.RegisterActivityServiceServer(s.grpc, &activityService{s: s})
+	aionv1.RegisterNamespaceServiceServer(s.grpc, &namespaceService{s: s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() || s.shuttingDown.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	bgCtx, stop := context.WithCancel(context.Background())
+	s.stopBG = stop
+	s.bg.Add(1)
+	go s.sweep(bgCtx)
+	s.serveErr = make(chan error, 2)
+	go func() { s.serveErr <- s.grpc.Serve(s.grpcLis) }()
+	go func() {
+		if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr <- err
+		}
+	}()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.ready.Store(true)
+	log.Info("serving", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
+	return s, nil
+}
+
+// GRPCAddr is the address the gRPC services listen on.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address the HTTP side listens on.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Registry exposes the connected-worker registry (for tests and tooling).
+func (s *Server) Registry() *registry.Registry { return s.reg }
+
+// Err returns a channel that yields an error if a listener fails.
+func (s *Server) Err() <-chan error { return s.serveErr }
+
+func (s *Server) drainDeadline() time.Time {
+	if n := s.drainUntil.Load(); n > 0 {
+		return time.Unix(0, n)
+	}
+	return time.Now().Add(s.cfg.DrainTimeout)
+}
+
+// Shutdown drains: new streams are refused, every worker is asked to drain,
+// and in-flight attempts get up to the drain timeout (or until ctx ends) to
+// finish. Whatever is still running then is recorded as lost and retried on
+// the next start. Then the listeners and the store close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() { err = s.shutdown(ctx) })
+	return err
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.shuttingDown.Store(true)
+	s.health.Shutdown()
+	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	s.drainUntil.Store(deadline.UnixNano())
+	asked := s.reg.DrainAll()
+	s.log.Info("draining", "workers", asked, "in_flight", s.eng.InFlight(), "timeout", s.cfg.DrainTimeout)
+
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s.eng.InFlight() > 0 || s.connected() > 0 {
+		select {
+		case <-dctx.Done():
+			s.log.Warn("drain timeout reached; unfinished attempts will be retried after restart",
+				"in_flight", s.eng.InFlight(), "workers", s.connected())
+			goto stop
+		case <-tick.C:
+		}
+	}
+stop:
+	s.connsMu.Lock()
+	for _, c := range s.conns {
+		c.end(status.Error(codes.Unavailable, "server is shutting down"))
+	}
+	s.connsMu.Unlock()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	herr := s.http.Shutdown(hctx)
+	s.stopBG()
+	s.bg.Wait()
+	s.eng.Close()
+	return errors.Join(herr, s.st.Close())
+}
+
+// Run starts a server with cfg and serves until ctx ends, then drains and
+// stops. It is what `aion server` and `aion dev` run.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if cfg.Dev {
+		log.Warn("dev mode: authorization is off, every caller may use every namespace", "data_dir", cfg.DataDir)
+	}
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
+	case err = <-s.Err():
+		log.Error("listener failed", "err", err)
+	}
+	return errors.Join(err, s.Shutdown(context.Background()))
+}
+
+// caller returns the identity of the caller. Authentication is not in place
+// yet, so every caller is granted every namespace.
+func (s *Server) caller(context.Context) namespace.Identity {
+	return namespace.Anyone("anonymous")
+}
+
+func (s *Server) track(id registry.WorkerID, c *conn) {
+	s.connsMu.Lock()
+	s.conns[id] = c
+	s.connsMu.Unlock()
+}
+
+func (s *Server) untrack(id registry.WorkerID) {
+	s.connsMu.Lock()
+	delete(s.conns, id)
+	s.connsMu.Unlock()
+}
+
+func (s *Server) connected() int {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	return len(s.conns)
+}

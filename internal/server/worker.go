@@ -1,0 +1,443 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/name"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Limits on a worker registration.
+const (
+	maxActivityTypes = 256
+	maxSlots         = 10000
+	// maxOutbound bounds frames queued for one worker; a worker that stops
+	// reading while asking for more (pings, heartbeats) is disconnected.
+	maxOutbound = 100000
+	// registerWithin bounds the wait for the first frame.
+	registerWithin = 10 * time.Second
+)
+
+type workerService struct {
+	aionv1.UnimplementedWorkerServiceServer
+	s *Server
+}
+
+// conn is one worker stream: the registry's Delivery and the engine's Conn.
+type conn struct {
+	stream grpc.BidiStreamingServer[aionv1.WorkerMessage, aionv1.ServerMessage]
+	peer   string
+
+	mu     sync.Mutex
+	out    []*aionv1.ServerMessage
+	closed bool
+	wake   chan struct{}
+
+	lastSeen      atomic.Int64 // unix nanos of the last frame received
+	leaving       atomic.Bool  // the worker announced its own drain
+	drainDeadline func() time.Time
+	kill          chan error // the sweeper or shutdown ends the stream
+}
+
+var (
+	_ registry.Delivery = (*conn)(nil)
+	_ engine.Conn       = (*conn)(nil)
+)
+
+func (c *conn) Transport() registry.Transport { return registry.TransportGRPC }
+
+func (c *conn) RequestDrain() {
+	if c.leaving.Load() {
+		return // it asked to leave; no need to tell it
+	}
+	c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_DrainRequest{
+		DrainRequest: &aionv1.DrainRequest{Deadline: ts(c.drainDeadline())}}})
+}
+
+func (c *conn) SendTask(t engine.Task) error { return c.push(taskToProto(t)) }
+
+func (c *conn) SendCancel(ns, id string, attempt int, reason string) error {
+	return c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_CancelActivity{CancelActivity: &aionv1.CancelActivity{
+		Namespace: ns, ActivityId: id, Attempt: uint32(attempt), Reason: reason,
+	}}})
+}
+
+// push queues a frame for the writer without blocking.
+func (c *conn) push(m *aionv1.ServerMessage) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errors.New("worker stream closed")
+	}
+	if len(c.out) >= maxOutbound {
+		c.mu.Unlock()
+		c.end(status.Errorf(codes.ResourceExhausted, "worker is not reading its stream: %d frames queued", maxOutbound))
+		return errors.New("worker stream overloaded")
+	}
+	c.out = append(c.out, m)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// end asks the stream's handler to finish with err.
+func (c *conn) end(err error) {
+	select {
+	case c.kill <- err:
+	default:
+	}
+}
+
+// write sends queued frames until ctx ends or a send fails.
+func (c *conn) write(ctx context.Context) error {
+	var batch []*aionv1.ServerMessage
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		batch, c.out = c.out, batch[:0]
+		c.mu.Unlock()
+		for i, m := range batch {
+			if err := c.stream.Send(m); err != nil {
+				return err
+			}
+			batch[i] = nil
+		}
+	}
+}
+
+// flush sends what is queued, for the last frames of a stream.
+func (c *conn) flush() {
+	c.mu.Lock()
+	c.closed = true
+	batch := c.out
+	c.out = nil
+	c.mu.Unlock()
+	for _, m := range batch {
+		if c.stream.Send(m) != nil {
+			return
+		}
+	}
+}
+
+func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMessage, aionv1.ServerMessage]) error {
+	s := ws.s
+	if s.shuttingDown.Load() {
+		return status.Error(codes.Unavailable, "server is shutting down; reconnect later")
+	}
+	c := &conn{
+		stream:        stream,
+		wake:          make(chan struct{}, 1),
+		kill:          make(chan error, 1),
+		drainDeadline: s.drainDeadline,
+	}
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		c.peer = p.Addr.String()
+	}
+	c.lastSeen.Store(time.Now().UnixNano())
+
+	// Frames are read on their own goroutine so the handler can also react
+	// to the sweeper, shutdown and the registration deadline.
+	frames := make(chan *aionv1.WorkerMessage)
+	recvErr := make(chan error, 1)
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case frames <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var first *aionv1.WorkerMessage
+	select {
+	case first = <-frames:
+	case err := <-recvErr:
+		return recvStatus(err)
+	case <-time.After(registerWithin):
+		return status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
+	case err := <-c.kill:
+		return err
+	}
+	reg := first.GetRegister()
+	if reg == nil {
+		return status.Errorf(codes.InvalidArgument, "first frame: got %s, want register", frameKind(first))
+	}
+	spec, err := specFromProto(reg)
+	if err != nil {
+		return toStatus(fmt.Errorf("register: %w", err))
+	}
+	spec.Delivery = c
+	tok, err := s.reg.Accept(ctx, s.caller(ctx), spec)
+	if err != nil {
+		return toStatus(err)
+	}
+	w := tok.Worker()
+	s.track(w.ID(), c)
+	reason := registry.Reason("")
+	defer func() {
+		s.untrack(w.ID())
+		if reason != "" {
+			tok.Leave(reason)
+		} else {
+			tok.Close()
+		}
+		s.eng.WorkerLeft(w)
+	}()
+	s.log.Info("worker connected", "worker", w.ID(), "namespaces", spec.Namespaces, "task_queue", spec.TaskQueue,
+		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)
+
+	window := s.cfg.HeartbeatWindow
+	c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
+		WorkerId:        uint64(w.ID()),
+		HeartbeatWindow: durationpb.New(window),
+		PingInterval:    durationpb.New(window / 3),
+	}}})
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- c.write(ctx) }()
+	s.eng.WorkerJoined(w)
+
+	for {
+		select {
+		case m := <-frames:
+			c.lastSeen.Store(time.Now().UnixNano())
+			if err := s.handleFrame(c, w, m); err != nil {
+				cancel()
+				<-writeErr
+				c.flush()
+				return err
+			}
+		case err := <-recvErr:
+			cancel()
+			<-writeErr
+			c.flush()
+			if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
+				reason = registry.ReasonDrained
+			}
+			s.log.Info("worker disconnected", "worker", w.ID(), "reason", orDefault(reason, registry.ReasonDisconnect))
+			return recvStatus(err)
+		case err := <-writeErr:
+			s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", err)
+			return status.Errorf(codes.Unavailable, "send to worker: %v", err)
+		case err := <-c.kill:
+			cancel()
+			<-writeErr
+			c.flush()
+			if status.Code(err) == codes.Unavailable && s.shuttingDown.Load() {
+				reason = registry.ReasonDeregistered
+			} else {
+				reason = registry.ReasonTimeout
+			}
+			if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
+				reason = registry.ReasonDeregistered
+			}
+			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", err)
+			return err
+		}
+	}
+}
+
+func orDefault(r, d registry.Reason) registry.Reason {
+	if r == "" {
+		return d
+	}
+	return r
+}
+
+// handleFrame acts on one frame after registration; an error ends the stream.
+func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessage) error {
+	switch f := m.GetMessage().(type) {
+	case *aionv1.WorkerMessage_ActivityResult:
+		r := f.ActivityResult
+		if err := checkAttemptRef("activity_result", r.GetNamespace(), r.GetActivityId(), r.GetAttempt()); err != nil {
+			return err
+		}
+		var out engine.Outcome
+		switch o := r.GetOutcome().(type) {
+		case *aionv1.ActivityResult_Completed:
+			if n := len(o.Completed.GetResult()); n > s.maxPayload {
+				out.Failure = &store.Failure{Type: "result_too_large",
+					Message: fmt.Sprintf("result is %d bytes, at most %d allowed", n, s.maxPayload)}
+			} else {
+				out.Completed, out.Result = true, o.Completed.GetResult()
+			}
+		case *aionv1.ActivityResult_Failed:
+			out.Failure = failureFromProto(o.Failed)
+		case *aionv1.ActivityResult_Canceled:
+			out.Canceled = true
+		default:
+			return status.Error(codes.InvalidArgument, "activity_result.outcome: missing; want completed, failed or canceled")
+		}
+		ns, id, attempt := r.GetNamespace(), r.GetActivityId(), r.GetAttempt()
+		s.eng.Complete(w, ns, id, int(attempt), out, func(refused string) {
+			c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_ResultAck{ResultAck: &aionv1.ResultAck{
+				Namespace: ns, ActivityId: id, Attempt: attempt, Refused: refused,
+			}}})
+		})
+	case *aionv1.WorkerMessage_ActivityHeartbeat:
+		h := f.ActivityHeartbeat
+		if err := checkAttemptRef("activity_heartbeat", h.GetNamespace(), h.GetActivityId(), h.GetAttempt()); err != nil {
+			return err
+		}
+		refused := s.eng.Heartbeat(w, h.GetNamespace(), h.GetActivityId(), int(h.GetAttempt()), h.GetDetails())
+		c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_HeartbeatAck{HeartbeatAck: &aionv1.HeartbeatAck{
+			Namespace: h.GetNamespace(), ActivityId: h.GetActivityId(), Attempt: h.GetAttempt(), Refused: refused,
+		}}})
+	case *aionv1.WorkerMessage_Ping:
+		c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_Pong{Pong: &aionv1.Pong{Nonce: f.Ping.GetNonce()}}})
+	case *aionv1.WorkerMessage_Drain:
+		c.leaving.Store(true)
+		s.reg.Drain(w.ID())
+		s.log.Info("worker draining", "worker", w.ID(), "reason", f.Drain.GetReason())
+	case *aionv1.WorkerMessage_InterventionAck:
+		// Interventions are not routed yet; an ack is accepted and ignored.
+	case *aionv1.WorkerMessage_Register:
+		return status.Error(codes.InvalidArgument, "register: sent twice; a stream registers once, as its first frame")
+	default:
+		return status.Errorf(codes.InvalidArgument, "frame: %s is not a worker frame", frameKind(m))
+	}
+	return nil
+}
+
+func checkAttemptRef(frame, ns, id string, attempt uint32) error {
+	switch {
+	case ns == "":
+		return status.Errorf(codes.InvalidArgument, "%s.namespace: must not be empty", frame)
+	case id == "":
+		return status.Errorf(codes.InvalidArgument, "%s.activity_id: must not be empty", frame)
+	case attempt == 0:
+		return status.Errorf(codes.InvalidArgument, "%s.attempt: must be at least 1", frame)
+	}
+	return nil
+}
+
+func frameKind(m *aionv1.WorkerMessage) string {
+	switch m.GetMessage().(type) {
+	case nil:
+		return "an empty frame"
+	case *aionv1.WorkerMessage_Register:
+		return "register"
+	case *aionv1.WorkerMessage_ActivityResult:
+		return "activity_result"
+	case *aionv1.WorkerMessage_ActivityHeartbeat:
+		return "activity_heartbeat"
+	case *aionv1.WorkerMessage_Ping:
+		return "ping"
+	case *aionv1.WorkerMessage_Drain:
+		return "drain"
+	case *aionv1.WorkerMessage_InterventionAck:
+		return "intervention_ack"
+	}
+	return "an unknown frame"
+}
+
+func recvStatus(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// specFromProto checks a Register frame field by field.
+func specFromProto(r *aionv1.Register) (registry.Spec, error) {
+	for i, ns := range r.GetNamespaces() {
+		if err := name.Check(fmt.Sprintf("namespaces[%d]", i), ns, name.MaxName); err != nil {
+			return registry.Spec{}, err
+		}
+	}
+	if len(r.GetNamespaces()) == 0 {
+		return registry.Spec{}, fmt.Errorf("namespaces: at least one is required: %w", errInvalid)
+	}
+	if err := name.CheckOptional("task_queue", r.GetTaskQueue(), name.MaxName); err != nil {
+		return registry.Spec{}, err
+	}
+	if err := name.CheckOptional("node", r.GetNode(), name.MaxName); err != nil {
+		return registry.Spec{}, err
+	}
+	if n := len(r.GetActivityTypes()); n == 0 || n > maxActivityTypes {
+		return registry.Spec{}, fmt.Errorf("activity_types: %d given, want 1 to %d: %w", n, maxActivityTypes, errInvalid)
+	}
+	for i, t := range r.GetActivityTypes() {
+		if err := name.Check(fmt.Sprintf("activity_types[%d]", i), t, name.MaxName); err != nil {
+			return registry.Spec{}, err
+		}
+	}
+	slots := int(r.GetSlots())
+	if slots == 0 {
+		slots = 1
+	}
+	if slots > maxSlots {
+		return registry.Spec{}, fmt.Errorf("slots: %d, at most %d allowed: %w", slots, maxSlots, errInvalid)
+	}
+	var caps registry.Capabilities
+	for i, p := range r.GetCapabilities() {
+		c, ok := capabilityOf[p]
+		if !ok {
+			return registry.Spec{}, fmt.Errorf("capabilities[%d]: %v is not an intervention primitive: %w", i, p, errInvalid)
+		}
+		caps = caps.With(c)
+	}
+	return registry.Spec{
+		Namespaces:    r.GetNamespaces(),
+		TaskQueue:     r.GetTaskQueue(),
+		Node:          r.GetNode(),
+		ActivityTypes: r.GetActivityTypes(),
+		Slots:         slots,
+		Capabilities:  caps,
+	}, nil
+}
+
+// sweep deregisters workers silent for longer than the heartbeat window.
+func (s *Server) sweep(ctx context.Context) {
+	defer s.bg.Done()
+	window := s.cfg.HeartbeatWindow
+	t := time.NewTicker(max(window/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.connsMu.Lock()
+			for id, c := range s.conns {
+				if silent := now.Sub(time.Unix(0, c.lastSeen.Load())); silent > window {
+					c.end(status.Errorf(codes.Unavailable, "worker %v sent nothing for %v, over its heartbeat window of %v",
+						id, silent.Round(time.Millisecond), window))
+				}
+			}
+			s.connsMu.Unlock()
+		}
+	}
+}
+
