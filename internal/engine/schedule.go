@@ -19,7 +19,7 @@ import (
 // Request asks for one activity to be scheduled. Zero timeouts and retry
 // fields take the engine's defaults.
 type Request struct {
-	Namespace    string
+	Namespace string
 	// ID makes scheduling idempotent; empty means the engine picks one.
 	ID           string
 	TaskQueue    string

@@ -73,6 +73,8 @@ type rawWorker struct {
 	stream grpc.BidiStreamingClient[aionv1.WorkerMessage, aionv1.ServerMessage]
 	cancel context.CancelFunc
 	id     uint64
+	// held are frames read while looking for another kind, in order.
+	held []*aionv1.ServerMessage
 }
 
 func (b *bundle) connect(t *testing.T, reg *aionv1.Register) (*rawWorker, error) {
@@ -100,7 +102,37 @@ func (b *bundle) connect(t *testing.T, reg *aionv1.Register) (*rawWorker, error)
 	return w, nil
 }
 
+// recv returns the next frame, held ones first.
 func (w *rawWorker) recv() *aionv1.ServerMessage {
+	w.t.Helper()
+	if len(w.held) > 0 {
+		m := w.held[0]
+		w.held = w.held[1:]
+		return m
+	}
+	return w.recvWire()
+}
+
+// recvWhere returns the first frame for which keep is true, holding the
+// frames it passes over for later recv calls.
+func (w *rawWorker) recvWhere(keep func(*aionv1.ServerMessage) bool) *aionv1.ServerMessage {
+	w.t.Helper()
+	for i, m := range w.held {
+		if keep(m) {
+			w.held = append(w.held[:i:i], w.held[i+1:]...)
+			return m
+		}
+	}
+	for {
+		m := w.recvWire()
+		if keep(m) {
+			return m
+		}
+		w.held = append(w.held, m)
+	}
+}
+
+func (w *rawWorker) recvWire() *aionv1.ServerMessage {
 	w.t.Helper()
 	type res struct {
 		m   *aionv1.ServerMessage
@@ -133,12 +165,7 @@ func (w *rawWorker) complete(task *aionv1.ActivityTask, result []byte) *aionv1.R
 		Namespace: task.GetNamespace(), ActivityId: task.GetActivityId(), Attempt: task.GetAttempt(),
 		Outcome: &aionv1.ActivityResult_Completed{Completed: &aionv1.ActivityCompleted{Result: result}},
 	}}})
-	for {
-		m := w.recv()
-		if ack := m.GetResultAck(); ack != nil {
-			return ack
-		}
-	}
+	return w.recvWhere(func(m *aionv1.ServerMessage) bool { return m.GetResultAck() != nil }).GetResultAck()
 }
 
 func TestScheduleDispatchCompleteOverRealGRPC(t *testing.T) {

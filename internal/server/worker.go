@@ -440,4 +440,3 @@ func (s *Server) sweep(ctx context.Context) {
 		}
 	}
 }
-
