@@ -163,13 +163,9 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 	}
 	m[k] = a
 
-	// The start is durable soon but not awaited: if the server dies first,
-	// recovery finds the activity still scheduled and runs it again, which
-	// at-least-once delivery allows.
-	e.commit.Submit(store.StartAttempt{Namespace: k.ns, ID: k.id, Attempt: store.Attempt{
-		Number: a.rec.Attempt, WorkerID: uint64(w.ID()), Node: w.Node(), StartedAt: now,
-	}}, e.logWriteError)
-
+	// A start is kept in memory only; the attempt is written when it ends.
+	// If the server dies first, recovery finds the activity scheduled and
+	// runs it again, which at-least-once delivery allows.
 	t := a.rec.Timeouts
 	if t.StartToClose > 0 {
 		e.armLocked(now.Add(t.StartToClose), k, a.rec.Attempt, timerStartToClose)
@@ -212,10 +208,4 @@ func (e *Engine) attemptDeadline(a *activity, startedAt time.Time) time.Time {
 		}
 	}
 	return d
-}
-
-func (e *Engine) logWriteError(_ bool, err error) {
-	if err != nil {
-		e.log.Error("durable write failed", "err", err)
-	}
 }

@@ -61,22 +61,24 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		return
 	}
 	now := e.now()
-	e.leaveWorkerLocked(a)
-	end := store.EndAttempt{Namespace: ns, ID: id, Number: attempt, EndedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
+	end := store.EndAttempt{Namespace: ns, ID: id, StartedAt: a.rec.StartedAt, HeartbeatDetails: a.rec.HeartbeatDetails}
 	switch {
 	case out.Completed:
-		end.Outcome, end.State, end.Result, end.ClosedAt = store.OutcomeCompleted, store.StateCompleted, out.Result, now
+		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeCompleted, nil)
+		end.State, end.Result, end.ClosedAt = store.StateCompleted, out.Result, now
 	case out.Canceled:
-		end.Outcome, end.State, end.ClosedAt = store.OutcomeCanceled, store.StateCanceled, now
+		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeCanceled, nil)
+		end.State, end.ClosedAt = store.StateCanceled, now
 		end.ActivityFailure = &store.Failure{Type: "canceled", Message: "the worker reported the attempt canceled"}
 	default:
 		f := out.Failure
 		if f == nil {
 			f = &store.Failure{Type: "error", Message: "the worker reported a failure without details", Retryable: true}
 		}
-		end.Outcome, end.Failure = store.OutcomeFailed, f
+		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeFailed, f)
 		e.decideLocked(a, f, &end, now)
 	}
+	e.leaveWorkerLocked(a)
 	e.settleLocked(a, end, func(err error) {
 		e.reg.Release(w)
 		e.dispatchWorkerLocked(w)
@@ -103,6 +105,12 @@ func (e *Engine) Heartbeat(w *registry.Worker, ns, id string, attempt int, detai
 		a.rec.HeartbeatDetails = details
 	}
 	return ""
+}
+
+// endedAttemptLocked is the record of the running attempt, ending now.
+func (e *Engine) endedAttemptLocked(a *activity, now time.Time, outcome store.AttemptOutcome, f *store.Failure) *store.Attempt {
+	return &store.Attempt{Number: a.rec.Attempt, WorkerID: uint64(a.worker.ID()), Node: a.worker.Node(),
+		StartedAt: a.attemptStartedAt, EndedAt: now, Outcome: outcome, Failure: f}
 }
 
 // leaveWorkerLocked detaches the running attempt from its worker.
@@ -158,14 +166,14 @@ func (e *Engine) freeZombieLocked(w *registry.Worker, ref attemptRef) {
 // decided (timeout, lost worker) and retries or closes the activity.
 func (e *Engine) failAttemptLocked(a *activity, f *store.Failure, outcome store.AttemptOutcome, now time.Time, abandon bool) {
 	w := a.worker
+	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, StartedAt: a.rec.StartedAt,
+		Attempt: e.endedAttemptLocked(a, now, outcome, f), HeartbeatDetails: a.rec.HeartbeatDetails}
 	if abandon {
 		e.abandonAttemptLocked(a, f.Type)
 	} else {
 		e.leaveWorkerLocked(a)
 		e.reg.Release(w)
 	}
-	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, Number: a.rec.Attempt, EndedAt: now,
-		Outcome: outcome, Failure: f, HeartbeatDetails: a.rec.HeartbeatDetails}
 	e.decideLocked(a, f, &end, now)
 	e.settleLocked(a, end, nil)
 }
@@ -173,11 +181,11 @@ func (e *Engine) failAttemptLocked(a *activity, f *store.Failure, outcome store.
 // closeLocked ends the activity without a worker's result (a timeout that
 // is not retried), abandoning a running attempt first.
 func (e *Engine) closeLocked(a *activity, state store.ActivityState, f *store.Failure, now time.Time) {
-	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, State: state, ActivityFailure: f,
-		ClosedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
+	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, StartedAt: a.rec.StartedAt, State: state,
+		ActivityFailure: f, ClosedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
 	if a.rec.State == store.StateRunning && a.worker != nil {
+		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeTimedOut, f)
 		e.abandonAttemptLocked(a, f.Type)
-		end.Number, end.EndedAt, end.Outcome, end.Failure = a.rec.Attempt, now, store.OutcomeTimedOut, f
 	}
 	e.settleLocked(a, end, nil)
 }

@@ -322,8 +322,16 @@ func fingerprint(r Request) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// newID returns a 32-hex-digit id that sorts by creation time (the layout of
+// a UUIDv7: 48 bits of milliseconds, then random bits), so the store's index
+// on ids grows at its end instead of being written all over.
 func newID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	_, _ = rand.Read(b[6:])
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
 	return hex.EncodeToString(b[:])
 }

@@ -87,7 +87,7 @@ type Activity struct {
 	Retry       RetryPolicy
 
 	State ActivityState
-	// Attempt is the number of the latest attempt started, 0 before the first.
+	// Attempt is the number of the latest attempt, 0 before the first.
 	Attempt int
 	Result  []byte
 	Failure *Failure
@@ -122,21 +122,16 @@ type Write interface{ write() }
 // id exists, nothing changes and Apply reports false for this write.
 type InsertActivity struct{ Activity Activity }
 
-// StartAttempt records that attempt a.Number of the activity began.
-type StartAttempt struct {
-	Namespace, ID string
-	Attempt       Attempt
-}
-
-// EndAttempt records how an attempt ended together with the activity's new
-// state: terminal, or scheduled again for a retry at ReadyAt. Number 0 ends
-// no attempt and only moves the activity (a timeout before any start).
+// EndAttempt records one finished attempt together with the activity's new
+// state: terminal, or scheduled again for a retry at ReadyAt. A nil Attempt
+// records no attempt and only moves the activity (a timeout before any
+// start). Attempts are written when they end, not when they start: an
+// attempt cut short by a crash leaves no row and is simply run again.
 type EndAttempt struct {
-	Namespace, ID    string
-	Number           int
-	EndedAt          time.Time
-	Outcome          AttemptOutcome
-	Failure          *Failure
+	Namespace, ID string
+	Attempt       *Attempt
+	// StartedAt is when the activity's first attempt started.
+	StartedAt        time.Time
 	State            ActivityState
 	Result           []byte
 	ActivityFailure  *Failure
@@ -146,7 +141,6 @@ type EndAttempt struct {
 }
 
 func (InsertActivity) write() {}
-func (StartAttempt) write()   {}
 func (EndAttempt) write()     {}
 
 // ActivityFilter selects activities for List. Empty fields match all.

@@ -14,12 +14,12 @@ import (
 // writeStmts are prepared once on the writer connection and bound into each
 // transaction, so a batch of thousands of writes parses no SQL.
 type writeStmts struct {
-	insert, startActivity, start, endAttempt, endActivity *sql.Stmt
+	insert, attempt, endActivity *sql.Stmt
 }
 
 func (w *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{w.insert, w.startActivity, w.start, w.endAttempt, w.endActivity} {
+	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -42,28 +42,20 @@ func (s *Store) prepare(ctx context.Context) error {
 		scheduled_at, started_at, ready_at, closed_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
-	s.stmts.start = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome)
-		VALUES (?, ?, ?, ?, ?, ?, 0, 'running')
+	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, activity_id, number) DO UPDATE SET
 			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
-			ended_at = 0, outcome = 'running', failure = NULL`)
-	s.stmts.startActivity = prep(startActivity)
-	s.stmts.endAttempt = prep(`UPDATE attempts SET ended_at = ?, outcome = ?, failure = ?
-		WHERE namespace = ? AND activity_id = ? AND number = ?`)
-	s.stmts.endActivity = prep(`UPDATE activities SET state = ?, result = ?, failure = ?, heartbeat = coalesce(?, heartbeat),
-		ready_at = ?, closed_at = ?
+			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure`)
+	s.stmts.endActivity = prep(`UPDATE activities SET state = ?, attempt = max(attempt, ?),
+		started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END,
+		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?
 		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
 	if err != nil {
 		return fmt.Errorf("prepare statements: %w", err)
 	}
 	return nil
 }
-
-// startActivity marks the activity running on attempt n; kept apart from the
-// attempt insert so a missing activity inserts no attempt either.
-const startActivity = `UPDATE activities SET state = 'running', attempt = ?,
-	started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END
-	WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`
 
 // Apply implements store.ActivityStore.
 func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
@@ -74,9 +66,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	}
 	defer tx.Rollback()
 	insert := tx.StmtContext(ctx, s.stmts.insert)
-	startActivity := tx.StmtContext(ctx, s.stmts.startActivity)
-	start := tx.StmtContext(ctx, s.stmts.start)
-	endAttempt := tx.StmtContext(ctx, s.stmts.endAttempt)
+	attempt := tx.StmtContext(ctx, s.stmts.attempt)
 	endActivity := tx.StmtContext(ctx, s.stmts.endActivity)
 	for i, w := range writes {
 		var res sql.Result
@@ -89,22 +79,19 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
 				failureJSON(a.Failure), a.HeartbeatDetails,
 				nanos(a.ScheduledAt), nanos(a.StartedAt), nanos(a.ReadyAt), nanos(a.ClosedAt))
-		case store.StartAttempt:
-			at := w.Attempt
-			res, err = startActivity.ExecContext(ctx, at.Number, nanos(at.StartedAt), w.Namespace, w.ID)
-			if err == nil {
-				if n, _ := res.RowsAffected(); n == 1 {
-					res, err = start.ExecContext(ctx, w.Namespace, w.ID, at.Number, int64(at.WorkerID), at.Node, nanos(at.StartedAt))
-				}
-			}
 		case store.EndAttempt:
-			if w.Number > 0 {
-				_, err = endAttempt.ExecContext(ctx, nanos(w.EndedAt), string(w.Outcome), failureJSON(w.Failure),
-					w.Namespace, w.ID, w.Number)
+			number := 0
+			if w.Attempt != nil {
+				number = w.Attempt.Number
 			}
-			if err == nil {
-				res, err = endActivity.ExecContext(ctx, string(w.State), w.Result, failureJSON(w.ActivityFailure),
-					w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID)
+			res, err = endActivity.ExecContext(ctx, string(w.State), number, nanos(w.StartedAt), w.Result,
+				failureJSON(w.ActivityFailure), w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID)
+			if err == nil && w.Attempt != nil {
+				if n, _ := res.RowsAffected(); n == 1 {
+					at := w.Attempt
+					_, err = attempt.ExecContext(ctx, w.Namespace, w.ID, at.Number, int64(at.WorkerID), at.Node,
+						nanos(at.StartedAt), nanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
+				}
 			}
 		default:
 			err = fmt.Errorf("unknown write %T", w)

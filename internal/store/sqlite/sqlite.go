@@ -54,7 +54,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
-		"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_txlock=immediate"
+		"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=cache_size(-65536)" +
+		"&_pragma=mmap_size(268435456)&_pragma=temp_store(MEMORY)&_txlock=immediate"
 	writer, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)

@@ -70,32 +70,27 @@ func runActivity(t *testing.T, open Opener) {
 		a := newActivity("ns", "a1")
 		t0 := time.Now().UTC()
 		fail := &store.Failure{Message: "boom", Type: "io", Retryable: true}
+		retryAt := t0.Add(time.Second)
 		apply(t, s,
 			store.InsertActivity{Activity: a},
-			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 1, WorkerID: 7, Node: "n1", StartedAt: t0}},
+			store.EndAttempt{Namespace: "ns", ID: "a1", StartedAt: t0,
+				Attempt: &store.Attempt{Number: 1, WorkerID: 7, Node: "n1", StartedAt: t0, EndedAt: t0.Add(time.Millisecond),
+					Outcome: store.OutcomeFailed, Failure: fail},
+				State: store.StateScheduled, ReadyAt: retryAt, HeartbeatDetails: []byte(`{"step":3}`)},
 		)
 		read, _ := s.GetActivity(ctx, "ns", "a1")
-		if read.State != store.StateRunning || read.Attempt != 1 || !read.StartedAt.Equal(t0) {
-			t.Fatalf("after start: %+v", read)
-		}
-		retryAt := t0.Add(time.Second)
-		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "a1", Number: 1, EndedAt: t0.Add(time.Millisecond),
-			Outcome: store.OutcomeFailed, Failure: fail, State: store.StateScheduled, ReadyAt: retryAt,
-			HeartbeatDetails: []byte(`{"step":3}`)})
-		read, _ = s.GetActivity(ctx, "ns", "a1")
-		if read.State != store.StateScheduled || !read.ReadyAt.Equal(retryAt) || string(read.HeartbeatDetails) != `{"step":3}` {
-			t.Fatalf("after retryable failure: %+v", read)
+		if read.State != store.StateScheduled || read.Attempt != 1 || !read.StartedAt.Equal(t0) ||
+			!read.ReadyAt.Equal(retryAt) || string(read.HeartbeatDetails) != `{"step":3}` {
+			t.Fatalf("after a retryable failure: %+v", read)
 		}
 		t2 := t0.Add(2 * time.Second)
-		apply(t, s,
-			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 2, WorkerID: 8, StartedAt: t2}},
-			store.EndAttempt{Namespace: "ns", ID: "a1", Number: 2, EndedAt: t2, Outcome: store.OutcomeCompleted,
-				State: store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2},
-		)
+		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "a1", StartedAt: t2,
+			Attempt: &store.Attempt{Number: 2, WorkerID: 8, StartedAt: t2, EndedAt: t2, Outcome: store.OutcomeCompleted},
+			State:   store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2})
 		read, _ = s.GetActivity(ctx, "ns", "a1")
 		if read.State != store.StateCompleted || string(read.Result) != `"ok"` || read.Attempt != 2 ||
 			!read.StartedAt.Equal(t0) || !read.ClosedAt.Equal(t2) || string(read.HeartbeatDetails) != `{"step":3}` {
-			t.Fatalf("after completion: %+v", read)
+			t.Fatalf("after completion: %+v (the first start time and details must stay)", read)
 		}
 		attempts, err := s.ListAttempts(ctx, "ns", "a1")
 		if err != nil {
@@ -103,7 +98,7 @@ func runActivity(t *testing.T, open Opener) {
 		}
 		if len(attempts) != 2 || attempts[0].Outcome != store.OutcomeFailed || attempts[0].Failure == nil ||
 			attempts[0].Failure.Message != "boom" || attempts[0].WorkerID != 7 || attempts[0].Node != "n1" ||
-			attempts[1].Outcome != store.OutcomeCompleted || attempts[1].WorkerID != 8 {
+			!attempts[0].StartedAt.Equal(t0) || attempts[1].Outcome != store.OutcomeCompleted || attempts[1].WorkerID != 8 {
 			t.Fatalf("attempts = %+v", attempts)
 		}
 	})
@@ -118,19 +113,22 @@ func runActivity(t *testing.T, open Opener) {
 				ActivityFailure: &store.Failure{Type: "schedule_to_start_timeout", Message: "no worker"}},
 		)
 		got := apply(t, s,
-			store.StartAttempt{Namespace: "ns", ID: "a1", Attempt: store.Attempt{Number: 1, StartedAt: now}},
-			store.EndAttempt{Namespace: "ns", ID: "a1", State: store.StateCompleted, ClosedAt: now},
-			store.StartAttempt{Namespace: "ns", ID: "ghost", Attempt: store.Attempt{Number: 1, StartedAt: now}},
+			store.EndAttempt{Namespace: "ns", ID: "a1", State: store.StateCompleted, ClosedAt: now,
+				Attempt: &store.Attempt{Number: 1, StartedAt: now, EndedAt: now, Outcome: store.OutcomeCompleted}},
+			store.EndAttempt{Namespace: "ns", ID: "ghost", State: store.StateCompleted, ClosedAt: now,
+				Attempt: &store.Attempt{Number: 1, StartedAt: now, EndedAt: now, Outcome: store.OutcomeCompleted}},
 		)
-		if fmt.Sprint(got) != "[false false false]" {
+		if fmt.Sprint(got) != "[false false]" {
 			t.Fatalf("writes to a closed or missing activity reported %v", got)
 		}
 		read, _ := s.GetActivity(ctx, "ns", "a1")
 		if read.State != store.StateTimedOut || read.Failure == nil || read.Failure.Type != "schedule_to_start_timeout" {
 			t.Fatalf("closed activity changed: %+v", read)
 		}
-		if at, _ := s.ListAttempts(ctx, "ns", "a1"); len(at) != 0 {
-			t.Fatalf("start on a closed activity recorded %+v", at)
+		for _, id := range []string{"a1", "ghost"} {
+			if at, _ := s.ListAttempts(ctx, "ns", id); len(at) != 0 {
+				t.Fatalf("an attempt on a closed or missing activity %s was recorded: %+v", id, at)
+			}
 		}
 	})
 
