@@ -1,0 +1,181 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/events"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func connected(id uint64) events.Event {
+	return events.Event{Kind: events.WorkerConnected, Worker: &events.Worker{ID: id, Namespaces: []string{"ns"}}}
+}
+
+func disconnected(id uint64) events.Event {
+	return events.Event{Kind: events.WorkerDisconnected, Worker: &events.Worker{ID: id}, Reason: "timeout"}
+}
+
+func next(t *testing.T, s *events.Subscription) events.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("next: %v", err)
+	}
+	return e
+}
+
+func TestSnapshotThenEveryLaterEventInOrder(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	b.Seed([]events.Namespace{{Name: "old", Origin: "explicit", Placement: "unplaced"}})
+	b.Publish(connected(1))
+	b.Publish(connected(2))
+	b.Publish(disconnected(1))
+
+	snap, sub := b.Subscribe(16)
+	defer sub.Close()
+	if snap.Seq != 3 || len(snap.Workers) != 1 || snap.Workers[0].ID != 2 || len(snap.Namespaces) != 1 {
+		t.Fatalf("snapshot = %+v, want seq 3 with worker 2 and namespace old", snap)
+	}
+	b.Publish(events.Event{Kind: events.WorkerDraining, Worker: &events.Worker{ID: 2}})
+	b.Publish(events.Event{Kind: events.NamespaceCreated, Namespace: &events.Namespace{Name: "new", Origin: "worker"}})
+	b.Publish(disconnected(2))
+	for i, want := range []events.Kind{events.WorkerDraining, events.NamespaceCreated, events.WorkerDisconnected} {
+		e := next(t, sub)
+		if e.Seq != uint64(4+i) || e.Kind != want {
+			t.Fatalf("event %d = seq %d %s, want seq %d %s", i, e.Seq, e.Kind, 4+i, want)
+		}
+	}
+	if snap := b.Snapshot(); len(snap.Workers) != 0 || len(snap.Namespaces) != 2 {
+		t.Fatalf("topology after the deltas = %+v", snap)
+	}
+}
+
+// Concurrent publishers and subscribers: each subscriber sees a gap-free
+// sequence starting right after its snapshot, and its snapshot plus the
+// deltas it saw always equals the final topology.
+func TestSubscribersNeverMissOrRepeat(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	const publishers, each = 4, 200
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for p := range publishers {
+		wg.Go(func() {
+			<-start
+			for i := range each {
+				id := uint64(p*each + i)
+				b.Publish(connected(id))
+				if i%2 == 0 {
+					b.Publish(disconnected(id))
+				}
+			}
+		})
+	}
+	type view struct {
+		workers map[uint64]bool
+		err     error
+	}
+	views := make(chan view, 4)
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			snap, sub := b.Subscribe(publishers * each * 2)
+			defer sub.Close()
+			seen := map[uint64]bool{}
+			for _, w := range snap.Workers {
+				seen[w.ID] = true
+			}
+			seq := snap.Seq
+			total := uint64(publishers * each * 3 / 2)
+			for seq < total {
+				e, err := sub.Next(context.Background())
+				if err != nil {
+					views <- view{err: err}
+					return
+				}
+				if e.Seq != seq+1 {
+					views <- view{err: errors.New("sequence gap or repeat")}
+					return
+				}
+				seq = e.Seq
+				switch e.Kind {
+				case events.WorkerConnected:
+					seen[e.Worker.ID] = true
+				case events.WorkerDisconnected:
+					delete(seen, e.Worker.ID)
+				}
+			}
+			views <- view{workers: seen}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(views)
+	final := b.Snapshot()
+	for v := range views {
+		if v.err != nil {
+			t.Fatal(v.err)
+		}
+		if len(v.workers) != len(final.Workers) {
+			t.Fatalf("a subscriber rebuilt %d workers, the bus holds %d", len(v.workers), len(final.Workers))
+		}
+	}
+}
+
+func TestSlowSubscriberIsDroppedWithoutBlocking(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	_, slow := b.Subscribe(2)
+	_, fast := b.Subscribe(100)
+	defer fast.Close()
+	done := make(chan struct{})
+	go func() {
+		for i := range 10 {
+			b.Publish(connected(uint64(i)))
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing blocked on a slow subscriber")
+	}
+	next(t, slow)
+	next(t, slow)
+	if _, err := slow.Next(context.Background()); !errors.Is(err, events.ErrSlow) {
+		t.Fatalf("slow subscriber's third read: %v, want ErrSlow", err)
+	}
+	if b.Subscribers() != 1 {
+		t.Fatalf("%d subscribers, want only the fast one", b.Subscribers())
+	}
+	for i := range 10 {
+		if e := next(t, fast); e.Seq != uint64(i+1) {
+			t.Fatalf("fast subscriber got seq %d, want %d", e.Seq, i+1)
+		}
+	}
+}
+
+func TestCloseEndsSubscriptions(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	_, sub := b.Subscribe(4)
+	b.Close()
+	if _, err := sub.Next(context.Background()); !errors.Is(err, events.ErrClosed) {
+		t.Fatalf("after close: %v, want ErrClosed", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, other := events.New().Subscribe(1)
+	if _, err := other.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+}
