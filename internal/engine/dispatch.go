@@ -13,8 +13,10 @@ type activity struct {
 
 	// creating is closed once the activity's insert is durable (or failed).
 	creating chan struct{}
-	// queued is true while the activity waits in its pool's queue.
-	queued bool
+	// queued is the queue the activity waits in, nil when it is not waiting.
+	queued *queue
+	// readyAt is when the activity last became ready to run.
+	readyAt time.Time
 	// worker holds the running attempt; nil unless rec.State is running.
 	worker           *registry.Worker
 	attemptStartedAt time.Time
@@ -46,6 +48,9 @@ type queue struct {
 	match  registry.Match
 	items  []*activity
 	head   int
+	// live counts the items still waiting; the others left (timed out,
+	// cancelled) and are skipped when they reach the head.
+	live int
 }
 
 func (q *queue) len() int { return len(q.items) - q.head }
@@ -96,7 +101,9 @@ func (e *Engine) enqueueLocked(a *activity) {
 		q = &queue{triple: t, pin: a.rec.Node, match: matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace))}
 		p.byPin[a.rec.Node] = q
 	}
-	a.queued = true
+	a.queued = q
+	a.readyAt = e.now()
+	q.live++
 	q.push(a)
 	e.dispatchLocked(q)
 }
@@ -107,7 +114,7 @@ func (e *Engine) enqueueLocked(a *activity) {
 func (e *Engine) dispatchLocked(q *queue) {
 	for q.len() > 0 {
 		a := q.items[q.head]
-		if !a.queued {
+		if a.queued != q {
 			q.pop() // timed out or cancelled while waiting
 			continue
 		}
@@ -116,7 +123,7 @@ func (e *Engine) dispatchLocked(q *queue) {
 			return
 		}
 		q.pop()
-		a.queued = false
+		e.unqueueLocked(a)
 		e.startLocked(a, w)
 	}
 	if p := e.queues[q.triple]; p != nil && p.byPin[q.pin] == q {
@@ -124,6 +131,15 @@ func (e *Engine) dispatchLocked(q *queue) {
 		if len(p.byPin) == 0 {
 			delete(e.queues, q.triple)
 		}
+	}
+}
+
+// unqueueLocked takes a waiting activity out of its queue's live count; the
+// queue drops the entry itself when it reaches the head.
+func (e *Engine) unqueueLocked(a *activity) {
+	if a.queued != nil {
+		a.queued.live--
+		a.queued = nil
 	}
 }
 
@@ -155,6 +171,7 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 	a.worker = w
 	a.attemptStartedAt = now
 	a.lastHeartbeat = now
+	e.obs.Started(a.rec.Namespace, now.Sub(a.readyAt))
 	k := a.key()
 	m := e.inflight[w.ID()]
 	if m == nil {

@@ -10,10 +10,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,7 +82,33 @@ type Config struct {
 	Now func() time.Time
 	// CommitterOptions tune the group committer.
 	CommitterOptions store.CommitterOptions
+	// Observer is told about lifecycle steps, for metrics; nil for none.
+	Observer Observer
 }
+
+// Observer is told about activity lifecycle steps. Its methods run under the
+// engine lock and must be quick and must not call back into the engine.
+type Observer interface {
+	// Scheduled: a new activity is durable.
+	Scheduled(namespace string)
+	// Started: an attempt was handed to a worker after waiting since it
+	// became ready.
+	Started(namespace string, waited time.Duration)
+	// AttemptEnded: an attempt ended after running for ran.
+	AttemptEnded(namespace string, outcome store.AttemptOutcome, ran time.Duration)
+	// Retried: a failed attempt will be followed by another.
+	Retried(namespace string)
+	// Closed: the activity reached a terminal state.
+	Closed(namespace string, state store.ActivityState)
+}
+
+type noObserver struct{}
+
+func (noObserver) Scheduled(string)                                         {}
+func (noObserver) Started(string, time.Duration)                            {}
+func (noObserver) AttemptEnded(string, store.AttemptOutcome, time.Duration) {}
+func (noObserver) Retried(string)                                           {}
+func (noObserver) Closed(string, store.ActivityState)                       {}
 
 // Task is one attempt handed to a worker.
 type Task struct {
@@ -122,6 +150,7 @@ type Engine struct {
 	maxPayload int
 	log        *slog.Logger
 	now        func() time.Time
+	obs        Observer
 
 	mu         sync.Mutex
 	open       map[key]*activity
@@ -154,6 +183,9 @@ func New(cfg Config) *Engine {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
+	}
 	return &Engine{
 		st:         cfg.Store,
 		reg:        cfg.Registry,
@@ -163,6 +195,7 @@ func New(cfg Config) *Engine {
 		maxPayload: cfg.MaxPayload,
 		log:        cfg.Log,
 		now:        cfg.Now,
+		obs:        cfg.Observer,
 		open:       make(map[key]*activity),
 		queues:     make(map[registry.Triple]*pool),
 		inflight:   make(map[registry.WorkerID]map[key]*activity),
@@ -200,6 +233,50 @@ func (e *Engine) InFlight() int {
 		n += len(m)
 	}
 	return n
+}
+
+// PoolBacklog is the waiting work of one (namespace, task queue) pool.
+type PoolBacklog struct {
+	Namespace, TaskQueue string
+	// Waiting counts activities ready and waiting for a worker.
+	Waiting int
+	// OldestAge is how long the oldest of them has waited.
+	OldestAge time.Duration
+}
+
+// Backlog reports every pool with waiting work.
+func (e *Engine) Backlog() []PoolBacklog {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	byPool := make(map[registry.PoolAddress]*PoolBacklog)
+	for t, p := range e.queues {
+		for _, q := range p.byPin {
+			if q.live == 0 {
+				continue
+			}
+			b := byPool[t.Pool]
+			if b == nil {
+				b = &PoolBacklog{Namespace: t.Pool.Namespace, TaskQueue: t.Pool.TaskQueue}
+				byPool[t.Pool] = b
+			}
+			b.Waiting += q.live
+			for _, a := range q.items[q.head:] {
+				if a.queued == q {
+					b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
+					break
+				}
+			}
+		}
+	}
+	out := make([]PoolBacklog, 0, len(byPool))
+	for _, b := range byPool {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(x, y PoolBacklog) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.TaskQueue, y.TaskQueue))
+	})
+	return out
 }
 
 func (e *Engine) placementLocked(ns string) store.Placement { return e.placements[ns] }

@@ -240,6 +240,16 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 		a.rec.Result, a.rec.Failure, a.rec.ClosedAt = end.Result, end.ActivityFailure, end.ClosedAt
 	}
 	attempt := a.rec.Attempt
+	ns := a.rec.Namespace
+	if at := end.Attempt; at != nil {
+		e.obs.AttemptEnded(ns, at.Outcome, at.EndedAt.Sub(at.StartedAt))
+		if !terminal {
+			e.obs.Retried(ns)
+		}
+	}
+	if terminal {
+		e.obs.Closed(ns, end.State)
+	}
 	e.commit.Submit(end, func(_ bool, err error) {
 		if err != nil {
 			e.log.Error("durable write failed", "namespace", k.ns, "activity", k.id, "err", err)

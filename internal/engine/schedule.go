@@ -130,6 +130,7 @@ func (e *Engine) reserve(s *slot) {
 			s.lookup = true
 		default:
 			s.res.Activity = a.rec
+			e.obs.Scheduled(k.ns)
 			now := e.now()
 			if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)

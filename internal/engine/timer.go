@@ -81,12 +81,12 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 	}
 	switch tm.kind {
 	case timerReady:
-		if a.rec.State == store.StateScheduled && a.rec.Attempt == tm.attempt && !a.queued {
+		if a.rec.State == store.StateScheduled && a.rec.Attempt == tm.attempt && a.queued == nil {
 			e.readyLocked(a, now)
 		}
 	case timerScheduleToStart:
 		if a.rec.State == store.StateScheduled && a.rec.Attempt == tm.attempt {
-			a.queued = false
+			e.unqueueLocked(a)
 			e.closeLocked(a, store.StateTimedOut, &store.Failure{
 				Type:    FailureScheduleToStart,
 				Message: "no worker started the activity within its schedule-to-start timeout of " + a.rec.Timeouts.ScheduleToStart.String(),
@@ -113,7 +113,7 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 			}, store.OutcomeTimedOut, now, true)
 		}
 	case timerScheduleToClose:
-		a.queued = false
+		e.unqueueLocked(a)
 		e.closeLocked(a, store.StateTimedOut, &store.Failure{
 			Type:    FailureScheduleToClose,
 			Message: "activity exceeded its schedule-to-close timeout of " + a.rec.Timeouts.ScheduleToClose.String(),

@@ -1,0 +1,186 @@
+// Package metrics exposes aion's Prometheus metrics. Label sets stay
+// bounded: namespaces, task queues, states and reasons, never an activity id
+// or a worker id.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// Backlog is the waiting work of one pool.
+type Backlog struct {
+	Namespace, TaskQueue string
+	Waiting              int
+	OldestAge            time.Duration
+}
+
+// Metrics holds every aion metric on its own registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	workers         *prometheus.GaugeVec
+	disconnects     *prometheus.CounterVec
+	scheduled       *prometheus.CounterVec
+	started         *prometheus.CounterVec
+	closed          *prometheus.CounterVec
+	retried         *prometheus.CounterVec
+	scheduleToStart *prometheus.HistogramVec
+	attemptDuration *prometheus.HistogramVec
+	commitSeconds   prometheus.Histogram
+	commitBatch     prometheus.Histogram
+	grpcRequests    *prometheus.CounterVec
+	grpcSeconds     *prometheus.HistogramVec
+}
+
+// latency buckets from 100µs to ~100s.
+var latency = prometheus.ExponentialBuckets(0.0001, 2.5, 16)
+
+// New registers every metric. backlog, when not nil, is read at each scrape
+// for the backlog gauges.
+func New(backlog func() []Backlog) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.workers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "aion_workers_connected",
+		Help: "Workers connected, by namespace they serve."}, []string{"namespace"})
+	m.disconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_worker_disconnects_total",
+		Help: "Workers that left, by reason: disconnect, timeout, deregistered, drained."}, []string{"reason"})
+	m.scheduled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_activities_scheduled_total",
+		Help: "Activities made durable by Schedule (not counting idempotent repeats)."}, []string{"namespace"})
+	m.started = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_attempts_started_total",
+		Help: "Attempts handed to a worker."}, []string{"namespace"})
+	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_activities_closed_total",
+		Help: "Activities that reached a terminal state, by state: completed, failed, canceled, timed_out."}, []string{"namespace", "state"})
+	m.retried = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_activities_retried_total",
+		Help: "Failed attempts followed by another attempt."}, []string{"namespace"})
+	m.scheduleToStart = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_schedule_to_start_seconds",
+		Help: "Time from an attempt becoming ready to its start on a worker.", Buckets: latency}, []string{"namespace"})
+	m.attemptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_attempt_duration_seconds",
+		Help: "Run time of ended attempts, by outcome.", Buckets: latency}, []string{"namespace", "outcome"})
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aion_store_commit_seconds",
+		Help: "Duration of one group-commit transaction.", Buckets: latency})
+	m.commitBatch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aion_store_commit_batch_size",
+		Help: "Writes carried by one group-commit transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)})
+	m.grpcRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_grpc_requests_total",
+		Help: "Finished gRPC calls and streams, by method and status code."}, []string{"method", "code"})
+	m.grpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_grpc_request_seconds",
+		Help: "Duration of unary gRPC calls, by method.", Buckets: latency}, []string{"method"})
+	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried,
+		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	if backlog != nil {
+		f(&backlogCollector{read: backlog})
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// NamespaceWorkers sets the connected-worker gauge of a namespace.
+func (m *Metrics) NamespaceWorkers(ns string, n int) {
+	if n == 0 {
+		m.workers.DeleteLabelValues(ns)
+		return
+	}
+	m.workers.WithLabelValues(ns).Set(float64(n))
+}
+
+// WorkerLeft counts a departure by reason.
+func (m *Metrics) WorkerLeft(reason string) { m.disconnects.WithLabelValues(reason).Inc() }
+
+// Scheduled counts a newly durable activity.
+func (m *Metrics) Scheduled(ns string) { m.scheduled.WithLabelValues(ns).Inc() }
+
+// Started counts an attempt start and how long it waited.
+func (m *Metrics) Started(ns string, waited time.Duration) {
+	m.started.WithLabelValues(ns).Inc()
+	m.scheduleToStart.WithLabelValues(ns).Observe(waited.Seconds())
+}
+
+// AttemptEnded records an attempt's run time by outcome.
+func (m *Metrics) AttemptEnded(ns string, outcome store.AttemptOutcome, ran time.Duration) {
+	m.attemptDuration.WithLabelValues(ns, string(outcome)).Observe(ran.Seconds())
+}
+
+// Retried counts a failed attempt that will be tried again.
+func (m *Metrics) Retried(ns string) { m.retried.WithLabelValues(ns).Inc() }
+
+// Closed counts an activity reaching a terminal state.
+func (m *Metrics) Closed(ns string, state store.ActivityState) {
+	m.closed.WithLabelValues(ns, string(state)).Inc()
+}
+
+// Commit records one group-commit transaction.
+func (m *Metrics) Commit(batch int, took time.Duration) {
+	m.commitBatch.Observe(float64(batch))
+	m.commitSeconds.Observe(took.Seconds())
+}
+
+// UnaryInterceptor counts and times unary calls.
+func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := h(ctx, req)
+		method := shortMethod(info.FullMethod)
+		m.grpcSeconds.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		m.grpcRequests.WithLabelValues(method, status.Code(err).String()).Inc()
+		return resp, err
+	}
+}
+
+// StreamInterceptor counts finished streams.
+func (m *Metrics) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		err := h(srv, ss)
+		m.grpcRequests.WithLabelValues(shortMethod(info.FullMethod), status.Code(err).String()).Inc()
+		return err
+	}
+}
+
+// shortMethod turns /aion.v1.ActivityService/Schedule into ActivityService/Schedule.
+func shortMethod(full string) string {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.LastIndex(full, "/"); i > 0 {
+		svc := full[:i]
+		if j := strings.LastIndex(svc, "."); j >= 0 {
+			svc = svc[j+1:]
+		}
+		return svc + full[i:]
+	}
+	return full
+}
+
+type backlogCollector struct{ read func() []Backlog }
+
+var (
+	backlogDesc = prometheus.NewDesc("aion_backlog_activities",
+		"Activities ready and waiting for a worker, by pool.", []string{"namespace", "task_queue"}, nil)
+	backlogAgeDesc = prometheus.NewDesc("aion_backlog_oldest_age_seconds",
+		"How long the oldest waiting activity of a pool has waited.", []string{"namespace", "task_queue"}, nil)
+)
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- backlogDesc
+	ch <- backlogAgeDesc
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.read() {
+		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(b.Waiting), b.Namespace, b.TaskQueue)
+		ch <- prometheus.MustNewConstMetric(backlogAgeDesc, prometheus.GaugeValue, b.OldestAge.Seconds(), b.Namespace, b.TaskQueue)
+	}
+}
