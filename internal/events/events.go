@@ -10,11 +10,15 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
 )
 
 // ErrSlow ends a subscription whose buffer filled: the subscriber did not
@@ -37,28 +41,6 @@ const (
 	PoolStatsUpdated   Kind = "pool_stats"
 )
 
-// Worker describes a connected worker.
-type Worker struct {
-	ID            uint64    `json:"id"`
-	Namespaces    []string  `json:"namespaces"`
-	TaskQueue     string    `json:"task_queue"`
-	Node          string    `json:"node,omitempty"`
-	ActivityTypes []string  `json:"activity_types"`
-	Slots         int       `json:"slots"`
-	Transport     string    `json:"transport"`
-	Capabilities  string    `json:"capabilities,omitempty"`
-	ConnectedAt   time.Time `json:"connected_at"`
-	Draining      bool      `json:"draining,omitempty"`
-}
-
-// Namespace describes a namespace record.
-type Namespace struct {
-	Name      string    `json:"name"`
-	Origin    string    `json:"origin"`
-	Placement string    `json:"placement"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
 // Pool is a sample of one (namespace, task queue) pool.
 type Pool struct {
 	Namespace string `json:"namespace"`
@@ -76,31 +58,30 @@ type Event struct {
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
 	Kind Kind      `json:"kind"`
-	// Worker is set for worker_connected (the whole worker) and, with only
-	// its id and namespaces, for worker_draining and worker_disconnected.
-	Worker *Worker `json:"worker,omitempty"`
-	// Reason is why a worker disconnected: disconnect, timeout,
-	// deregistered or drained.
-	Reason    string     `json:"reason,omitempty"`
-	Namespace *Namespace `json:"namespace,omitempty"`
-	Pools     []Pool     `json:"pools,omitempty"`
+	// Worker is set for the worker kinds.
+	Worker *registry.WorkerInfo `json:"worker,omitempty"`
+	// Reason is why a worker disconnected.
+	Reason registry.Reason `json:"reason,omitempty"`
+	// Namespace is set for namespace_created and placement_changed.
+	Namespace *store.Namespace `json:"namespace,omitempty"`
+	Pools     []Pool           `json:"pools,omitempty"`
 }
 
 // Snapshot is the topology as of event Seq.
 type Snapshot struct {
 	Seq        uint64      `json:"seq"`
 	Time       time.Time   `json:"time"`
-	Workers    []Worker    `json:"workers"`
-	Namespaces []Namespace `json:"namespaces"`
-	Pools      []Pool      `json:"pools"`
+	Workers    []registry.WorkerInfo `json:"workers"`
+	Namespaces []store.Namespace     `json:"namespaces"`
+	Pools      []Pool                `json:"pools"`
 }
 
 // Bus numbers events, keeps the topology they describe and fans them out.
 type Bus struct {
 	mu         sync.Mutex
 	seq        uint64
-	workers    map[uint64]Worker
-	namespaces map[string]Namespace
+	workers    map[registry.WorkerID]registry.WorkerInfo
+	namespaces map[string]store.Namespace
 	pools      []Pool
 	subs       map[*Subscription]struct{}
 	closed     bool
@@ -110,8 +91,8 @@ type Bus struct {
 // New returns an empty bus.
 func New() *Bus {
 	return &Bus{
-		workers:    make(map[uint64]Worker),
-		namespaces: make(map[string]Namespace),
+		workers:    make(map[registry.WorkerID]registry.WorkerInfo),
+		namespaces: make(map[string]store.Namespace),
 		subs:       make(map[*Subscription]struct{}),
 		now:        time.Now,
 	}
@@ -119,7 +100,7 @@ func New() *Bus {
 
 // Seed records namespaces that existed before the bus started, without
 // events: they are part of every snapshot.
-func (b *Bus) Seed(nss []Namespace) {
+func (b *Bus) Seed(nss []store.Namespace) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ns := range nss {
@@ -192,40 +173,20 @@ func (b *Bus) Snapshot() Snapshot {
 }
 
 func (b *Bus) snapshotLocked() Snapshot {
-	s := Snapshot{Seq: b.seq, Time: b.now(), Workers: make([]Worker, 0, len(b.workers)),
-		Namespaces: make([]Namespace, 0, len(b.namespaces)), Pools: slices.Clone(b.pools)}
+	s := Snapshot{Seq: b.seq, Time: b.now(), Workers: make([]registry.WorkerInfo, 0, len(b.workers)),
+		Namespaces: make([]store.Namespace, 0, len(b.namespaces)), Pools: slices.Clone(b.pools)}
 	for _, w := range b.workers {
 		s.Workers = append(s.Workers, w)
 	}
-	slices.SortFunc(s.Workers, func(a, b Worker) int { return cmpU64(a.ID, b.ID) })
+	slices.SortFunc(s.Workers, func(a, b registry.WorkerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	for _, ns := range b.namespaces {
 		s.Namespaces = append(s.Namespaces, ns)
 	}
-	slices.SortFunc(s.Namespaces, func(a, b Namespace) int { return cmpStr(a.Name, b.Name) })
+	slices.SortFunc(s.Namespaces, func(a, b store.Namespace) int { return cmp.Compare(a.Name, b.Name) })
 	if s.Pools == nil {
 		s.Pools = []Pool{}
 	}
 	return s
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Subscription receives the events after its snapshot.

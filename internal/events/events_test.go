@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func connected(id uint64) events.Event {
-	return events.Event{Kind: events.WorkerConnected, Worker: &events.Worker{ID: id, Namespaces: []string{"ns"}}}
+	return events.Event{Kind: events.WorkerConnected, Worker: &registry.WorkerInfo{ID: registry.WorkerID(id), Namespaces: []string{"ns"}}}
 }
 
 func disconnected(id uint64) events.Event {
-	return events.Event{Kind: events.WorkerDisconnected, Worker: &events.Worker{ID: id}, Reason: "timeout"}
+	return events.Event{Kind: events.WorkerDisconnected, Worker: &registry.WorkerInfo{ID: registry.WorkerID(id)}, Reason: registry.ReasonTimeout}
 }
 
 func next(t *testing.T, s *events.Subscription) events.Event {
@@ -35,7 +37,7 @@ func next(t *testing.T, s *events.Subscription) events.Event {
 func TestSnapshotThenEveryLaterEventInOrder(t *testing.T) {
 	t.Parallel()
 	b := events.New()
-	b.Seed([]events.Namespace{{Name: "old", Origin: "explicit", Placement: "unplaced"}})
+	b.Seed([]store.Namespace{{Name: "old", Origin: store.OriginExplicit}})
 	b.Publish(connected(1))
 	b.Publish(connected(2))
 	b.Publish(disconnected(1))
@@ -45,8 +47,8 @@ func TestSnapshotThenEveryLaterEventInOrder(t *testing.T) {
 	if snap.Seq != 3 || len(snap.Workers) != 1 || snap.Workers[0].ID != 2 || len(snap.Namespaces) != 1 {
 		t.Fatalf("snapshot = %+v, want seq 3 with worker 2 and namespace old", snap)
 	}
-	b.Publish(events.Event{Kind: events.WorkerDraining, Worker: &events.Worker{ID: 2}})
-	b.Publish(events.Event{Kind: events.NamespaceCreated, Namespace: &events.Namespace{Name: "new", Origin: "worker"}})
+	b.Publish(events.Event{Kind: events.WorkerDraining, Worker: &registry.WorkerInfo{ID: 2}})
+	b.Publish(events.Event{Kind: events.NamespaceCreated, Namespace: &store.Namespace{Name: "new", Origin: store.OriginWorker}})
 	b.Publish(disconnected(2))
 	for i, want := range []events.Kind{events.WorkerDraining, events.NamespaceCreated, events.WorkerDisconnected} {
 		e := next(t, sub)
@@ -81,7 +83,7 @@ func TestSubscribersNeverMissOrRepeat(t *testing.T) {
 		})
 	}
 	type view struct {
-		workers map[uint64]bool
+		workers map[registry.WorkerID]bool
 		err     error
 	}
 	views := make(chan view, 4)
@@ -90,7 +92,7 @@ func TestSubscribersNeverMissOrRepeat(t *testing.T) {
 			<-start
 			snap, sub := b.Subscribe(publishers * each * 2)
 			defer sub.Close()
-			seen := map[uint64]bool{}
+			seen := map[registry.WorkerID]bool{}
 			for _, w := range snap.Workers {
 				seen[w.ID] = true
 			}
