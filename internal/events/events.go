@@ -69,8 +69,8 @@ type Event struct {
 
 // Snapshot is the topology as of event Seq.
 type Snapshot struct {
-	Seq        uint64      `json:"seq"`
-	Time       time.Time   `json:"time"`
+	Seq        uint64                `json:"seq"`
+	Time       time.Time             `json:"time"`
 	Workers    []registry.WorkerInfo `json:"workers"`
 	Namespaces []store.Namespace     `json:"namespaces"`
 	Pools      []Pool                `json:"pools"`

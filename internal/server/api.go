@@ -6,6 +6,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"google.golang.org/grpc/codes"
@@ -139,7 +140,6 @@ func (n *namespaceService) Create(ctx context.Context, r *aionv1.CreateNamespace
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	n.s.eng.NoteNamespace(ns)
 	return &aionv1.CreateNamespaceResponse{Namespace: namespaceToProto(ns), Created: created}, nil
 }
 
@@ -193,6 +193,7 @@ func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacem
 		return nil, toStatus(err)
 	}
 	n.s.eng.NoteNamespace(ns)
+	n.s.bus.Publish(namespaceEvent(events.PlacementChanged, ns))
 	n.s.log.Info("placement changed", "namespace", ns.Name, "placement", ns.Placement.String())
 	return &aionv1.SetPlacementResponse{Namespace: namespaceToProto(ns)}, nil
 }

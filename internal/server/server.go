@@ -18,6 +18,8 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -39,6 +41,8 @@ type Server struct {
 	minter     *namespace.Minter
 	reg        *registry.Registry
 	eng        *engine.Engine
+	bus        *events.Bus
+	metrics    *metrics.Metrics
 	maxPayload int
 
 	grpc     *grpc.Server
@@ -79,22 +83,45 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20}
+	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20,
+		bus: events.New()}
+	s.metrics = metrics.New(s.backlog)
 	s.minter = namespace.NewMinter(st, cfg.AutoCreate, func(ns store.Namespace) {
 		s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
-		if s.eng != nil {
-			s.eng.NoteNamespace(ns)
-		}
+		s.eng.NoteNamespace(ns)
+		s.bus.Publish(namespaceEvent(events.NamespaceCreated, ns))
 	})
-	s.reg = registry.New(registry.Options{Admission: s.minter})
+	s.reg = registry.New(registry.Options{Admission: s.minter, Hooks: registry.Hooks{
+		Connected: func(w registry.WorkerInfo) {
+			s.bus.Publish(events.Event{Kind: events.WorkerConnected, Worker: &w})
+		},
+		Draining: func(w registry.WorkerInfo) {
+			s.log.Info("worker draining", "worker", w.ID)
+			s.bus.Publish(events.Event{Kind: events.WorkerDraining, Worker: &w})
+		},
+		Disconnected: func(w registry.WorkerInfo, reason registry.Reason) {
+			s.metrics.WorkerLeft(string(reason))
+			s.bus.Publish(events.Event{Kind: events.WorkerDisconnected, Worker: &w, Reason: reason})
+		},
+		NamespaceWorkers: s.metrics.NamespaceWorkers,
+	}})
 	s.eng = engine.New(engine.Config{
-		Store:      st,
-		Registry:   s.reg,
-		Minter:     s.minter,
-		Defaults:   engine.DefaultDefaults(),
-		MaxPayload: s.maxPayload,
-		Log:        log,
+		Store:            st,
+		Registry:         s.reg,
+		Minter:           s.minter,
+		Defaults:         engine.DefaultDefaults(),
+		MaxPayload:       s.maxPayload,
+		Log:              log,
+		Observer:         s.metrics,
+		CommitterOptions: store.CommitterOptions{Observe: s.metrics.Commit},
 	})
+	namespaces, err := st.ListNamespaces(ctx)
+	if err != nil {
+		s.eng.Close()
+		st.Close()
+		return nil, err
+	}
+	s.bus.Seed(namespaces)
 	n, err := s.eng.Recover(ctx)
 	if err != nil {
 		s.eng.Close()
@@ -117,11 +144,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	aionv1.RegisterWorkerServiceServer(s.grpc, &workerService{s: s})
 	aionv1.RegisterActivityServiceServer(s.grpc, &activityService{s: s})
 	aionv1.RegisterNamespaceServiceServer(s.grpc, &namespaceService{s: s})
+	aionv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -137,12 +167,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	mux.Handle("GET /metrics", s.metrics.Handler())
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.sweep(bgCtx)
+	go s.publishPoolStats(bgCtx, time.Second)
 	s.serveErr = make(chan error, 2)
 	go func() { s.serveErr <- s.grpc.Serve(s.grpcLis) }()
 	go func() {
@@ -225,6 +257,7 @@ stop:
 	herr := s.http.Shutdown(hctx)
 	s.stopBG()
 	s.bg.Wait()
+	s.bus.Close()
 	s.eng.Close()
 	return errors.Join(herr, s.st.Close())
 }
@@ -253,6 +286,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (s *Server) caller(context.Context) namespace.Identity {
 	return namespace.Anyone("anonymous")
 }
+
+// backlog adapts the engine's backlog for the metrics collector.
+func (s *Server) backlog() []metrics.Backlog {
+	var out []metrics.Backlog
+	for _, b := range s.eng.Backlog() {
+		out = append(out, metrics.Backlog{Namespace: b.Namespace, TaskQueue: b.TaskQueue, Waiting: b.Waiting, OldestAge: b.OldestAge})
+	}
+	return out
+}
+
+// Events exposes the cluster event bus.
+func (s *Server) Events() *events.Bus { return s.bus }
 
 func (s *Server) track(id registry.WorkerID, c *conn) {
 	s.connsMu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,12 +216,20 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	s.log.Info("worker connected", "worker", w.ID(), "namespaces", spec.Namespaces, "task_queue", spec.TaskQueue,
 		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)
 
+	// The worker became selectable inside Accept, so a task may already be
+	// queued; the ack still goes first (the writer has not started yet).
 	window := s.cfg.HeartbeatWindow
-	c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
+	c.mu.Lock()
+	c.out = slices.Insert(c.out, 0, &aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
 		WorkerId:        uint64(w.ID()),
 		HeartbeatWindow: durationpb.New(window),
 		PingInterval:    durationpb.New(window / 3),
 	}}})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- c.write(ctx) }()
 	s.eng.WorkerJoined(w)

@@ -1,0 +1,140 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+)
+
+// Client talks to one aion server. It is safe for concurrent use; create one
+// per process and share it.
+type Client struct {
+	conn       *grpc.ClientConn // nil when built with New
+	activities aionv1.ActivityServiceClient
+	namespaces aionv1.NamespaceServiceClient
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	token       string
+	dialOptions []grpc.DialOption
+}
+
+// WithToken sends "authorization: Bearer <token>" metadata on every call.
+// The connection is insecure for now, so the token travels in clear text:
+// use it only on trusted networks until the server speaks TLS (pass
+// transport credentials with WithDialOptions).
+func WithToken(token string) Option {
+	return func(o *options) { o.token = token }
+}
+
+// WithDialOptions appends gRPC dial options. They are applied after the
+// client's own (insecure transport credentials, the token), so they can
+// override them, for example with grpc.WithTransportCredentials.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// Dial creates a client for the server at address (host:port, or any gRPC
+// target such as "dns:///aion.internal:50051").
+//
+// Dial does not wait for the connection: the first call connects, and a
+// server that is down shows up as an Unavailable error from that call. ctx
+// is only checked for cancellation.
+func Dial(ctx context.Context, address string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("aion client: dial %s: %w", address, err)
+	}
+	if address == "" {
+		return nil, errors.New("aion client: dial: empty address")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if o.token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(o.token)))
+	}
+	dial = append(dial, o.dialOptions...)
+	conn, err := grpc.NewClient(address, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("aion client: dial %s: %w", address, err)
+	}
+	c := New(conn)
+	c.conn = conn
+	return c, nil
+}
+
+// New returns a client that uses an existing connection (for example one
+// shared with other services, or an in-memory connection in tests). Close
+// does not close a connection passed to New.
+func New(conn grpc.ClientConnInterface) *Client {
+	return &Client{
+		activities: aionv1.NewActivityServiceClient(conn),
+		namespaces: aionv1.NewNamespaceServiceClient(conn),
+	}
+}
+
+// Close releases the connection Dial opened. Calls in flight fail with
+// Canceled.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// ActivityService returns the raw generated gRPC client, for calls the SDK
+// does not wrap (Intervene, for example).
+func (c *Client) ActivityService() aionv1.ActivityServiceClient { return c.activities }
+
+// NamespaceService returns the raw generated gRPC client.
+func (c *Client) NamespaceService() aionv1.NamespaceServiceClient { return c.namespaces }
+
+// bearerToken sends "authorization: Bearer <token>" with every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false so the token also works over the
+// insecure transport the server speaks today.
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// rpcError wraps an RPC error with what the call was about while keeping its
+// gRPC status reachable: status.Code(err) and status.FromError(err) see
+// through the wrapping.
+func rpcError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &callError{op: op, err: err}
+}
+
+// callError is an RPC error with context. It implements GRPCStatus so that
+// status.Convert and status.Code report the server's code and message.
+type callError struct {
+	op  string
+	err error
+}
+
+func (e *callError) Error() string { return "aion client: " + e.op + ": " + e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
+// GRPCStatus returns the status of the wrapped RPC error.
+func (e *callError) GRPCStatus() *status.Status {
+	if s, ok := status.FromError(e.err); ok {
+		return s
+	}
+	return status.New(status.Code(e.err), e.err.Error())
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aion-run/aion/client"
+)
+
+func (a *app) namespaceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "namespace",
+		Aliases: []string{"ns"},
+		Short:   "Create, show and list namespaces; set their placement",
+		Long: `Namespaces are aion's isolation and authorization boundary. Under the open
+auto-create policy a namespace is minted on first use; 'namespace create'
+works under either policy.`,
+		Example: `  aion namespace create billing
+  aion namespace list
+  aion namespace place vision --pinned gpu-a,gpu-b`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand())
+	return cmd
+}
+
+func (a *app) nsCreateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a namespace (idempotent)",
+		Long:  `Create a namespace. Creating one that exists succeeds and changes nothing.`,
+		Example: `  aion namespace create billing
+  aion namespace create billing --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				ns, created, err := c.CreateNamespace(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(struct {
+					Namespace *client.Namespace `json:"namespace"`
+					Created   bool              `json:"created"`
+				}{ns, created}, func(w io.Writer) {
+					if created {
+						fmt.Fprintf(w, "created namespace %s\n", ns.Name)
+					} else {
+						fmt.Fprintf(w, "namespace %s already exists\n", ns.Name)
+					}
+				})
+			})
+		},
+	}
+}
+
+func (a *app) nsGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "get NAME",
+		Short:   "Show a namespace",
+		Long:    `Show a namespace: how it was minted, its placement, when it was created and last used.`,
+		Example: `  aion namespace get billing`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				ns, err := c.GetNamespace(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(ns, func(w io.Writer) { writeNamespace(w, ns) })
+			})
+		},
+	}
+}
+
+func (a *app) nsListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Short:   "List namespaces",
+		Long:    `List every namespace, by name.`,
+		Example: `  aion namespace list --output json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				nss, err := c.ListNamespaces(ctx)
+				if err != nil {
+					return err
+				}
+				if nss == nil {
+					nss = []*client.Namespace{}
+				}
+				return a.emit(nss, func(w io.Writer) { writeNamespaces(w, nss) })
+			})
+		},
+	}
+}
+
+// placeFlags are the mutually exclusive flags of `namespace place`.
+type placeFlags struct {
+	unplaced bool
+	prefer   []string
+	pinned   []string
+}
+
+// placement checks that exactly one mode was given and builds it.
+func (f *placeFlags) placement(cmd *cobra.Command) (client.Placement, error) {
+	fl := cmd.Flags()
+	var given []string
+	for _, name := range []string{"unplaced", "prefer", "pinned"} {
+		if fl.Changed(name) {
+			given = append(given, "--"+name)
+		}
+	}
+	switch len(given) {
+	case 0:
+		return client.Placement{}, errors.New("give exactly one of --unplaced, --prefer NODES or --pinned NODES")
+	case 1:
+	default:
+		return client.Placement{}, fmt.Errorf("%v: give exactly one of --unplaced, --prefer or --pinned", given)
+	}
+	switch {
+	case fl.Changed("unplaced"):
+		if !f.unplaced {
+			return client.Placement{}, errors.New("--unplaced=false: to set a placement, give --unplaced, --prefer or --pinned")
+		}
+		return client.Unplaced(), nil
+	case fl.Changed("prefer"):
+		if len(f.prefer) == 0 {
+			return client.Placement{}, errors.New("--prefer: at least one node is required")
+		}
+		return client.Prefer(f.prefer...), nil
+	default:
+		if len(f.pinned) == 0 {
+			return client.Placement{}, errors.New("--pinned: at least one node is required")
+		}
+		return client.Pinned(f.pinned...), nil
+	}
+}
+
+func (a *app) nsPlaceCommand() *cobra.Command {
+	var f placeFlags
+	cmd := &cobra.Command{
+		Use:   "place NAMESPACE (--unplaced | --prefer NODES | --pinned NODES)",
+		Short: "Set which nodes run a namespace's work",
+		Long: `Set a namespace's placement; exactly one of:
+
+  --unplaced        any node
+  --prefer N1,N2    workers on those nodes first, then any worker
+  --pinned N1,N2    only workers on those nodes, ever: workers elsewhere are
+                    refused registration and work waits rather than spill
+
+The namespace must exist (NotFound otherwise).`,
+		Example: `  aion namespace place vision --pinned gpu-a,gpu-b
+  aion namespace place web --prefer eu-west-1a
+  aion namespace place web --unplaced`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := f.placement(cmd)
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				ns, err := c.SetPlacement(ctx, args[0], p)
+				if err != nil {
+					return err
+				}
+				return a.emit(ns, func(w io.Writer) {
+					fmt.Fprintf(w, "namespace %s placement is now %s\n", ns.Name, ns.Placement)
+				})
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.unplaced, "unplaced", false, "any node may run the namespace's work")
+	fl.StringSliceVar(&f.prefer, "prefer", nil, "prefer workers on these nodes (comma-separated)")
+	fl.StringSliceVar(&f.pinned, "pinned", nil, "only workers on these nodes (comma-separated)")
+	return cmd
+}

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/server"
+)
+
+// serverRunner runs a server until ctx ends.
+type serverRunner func(ctx context.Context, cfg server.Config, log *slog.Logger) error
+
+var defaultServerRunner serverRunner = server.Run
+
+// serverFlags are the flags of `aion server` and `aion dev`.
+type serverFlags struct {
+	grpcAddr        string
+	httpAddr        string
+	dataDir         string
+	drainTimeout    time.Duration
+	heartbeatWindow time.Duration
+	autoCreate      string
+	sqliteSync      string
+}
+
+// config checks the flags and builds the server configuration.
+func (f *serverFlags) config(dev bool) (server.Config, error) {
+	cfg := server.Defaults()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
+	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev = f.drainTimeout, f.heartbeatWindow, dev
+	ac, err := namespace.ParseAutoCreate(f.autoCreate)
+	if err != nil {
+		return cfg, fmt.Errorf("--auto-create: %w", err)
+	}
+	cfg.AutoCreate = ac
+	switch f.sqliteSync {
+	case "full", "normal":
+		cfg.SQLiteSync = f.sqliteSync
+	default:
+		return cfg, fmt.Errorf("--sqlite-sync %q: want full or normal", f.sqliteSync)
+	}
+	switch {
+	case cfg.GRPCAddr == "":
+		return cfg, fmt.Errorf("--grpc-addr: must not be empty")
+	case cfg.DataDir == "":
+		return cfg, fmt.Errorf("--data-dir: must not be empty")
+	case cfg.DrainTimeout < 0:
+		return cfg, fmt.Errorf("--drain-timeout %v: must not be negative", cfg.DrainTimeout)
+	case cfg.HeartbeatWindow <= 0:
+		return cfg, fmt.Errorf("--heartbeat-window %v: must be more than zero", cfg.HeartbeatWindow)
+	}
+	return cfg, nil
+}
+
+func (a *app) serverCommand(dev bool) *cobra.Command {
+	var f serverFlags
+	defaults := server.Defaults()
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run an aion server",
+		Long: `Run an aion server: the gRPC services (workers, activities, namespaces,
+health, reflection) and the HTTP side (/healthz, /readyz). State lives in one
+SQLite file, aion.db, under --data-dir.
+
+On SIGINT or SIGTERM the server asks its workers to drain, waits up to
+--drain-timeout for in-flight attempts, then exits; whatever did not finish is
+retried after the next start.`,
+		Example: `  aion server
+  aion server --grpc-addr 0.0.0.0:50051 --http-addr 0.0.0.0:8080 --data-dir /var/lib/aion
+  AION_AUTO_CREATE=closed aion server --drain-timeout 1m`,
+		Args: cobra.NoArgs,
+	}
+	dataDir := defaults.DataDir
+	if dev {
+		cmd.Use = "dev"
+		cmd.Short = "Run a developer server (embedded SQLite, authorization off)"
+		cmd.Long = `Run a developer server: the same server as 'aion server', with its state in
+./.aion (or --data-dir) and authorization off, so any caller may use any
+namespace. Do not expose it beyond your machine.`
+		cmd.Example = `  aion dev
+  aion dev --data-dir /tmp/aion-dev --grpc-addr 127.0.0.1:7233`
+		dataDir = "./.aion"
+	}
+
+	fl := cmd.Flags()
+	fl.StringVar(&f.grpcAddr, "grpc-addr", defaults.GRPCAddr, "address the gRPC services listen on")
+	bindEnv(fl, "grpc-addr", "AION_GRPC_ADDR")
+	fl.StringVar(&f.httpAddr, "http-addr", defaults.HTTPAddr, "address /healthz and /readyz listen on")
+	bindEnv(fl, "http-addr", "AION_HTTP_ADDR")
+	fl.StringVar(&f.dataDir, "data-dir", dataDir, "directory holding the SQLite file aion.db")
+	bindEnv(fl, "data-dir", "AION_DATA_DIR")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", defaults.DrainTimeout, "how long shutdown waits for in-flight attempts")
+	bindEnv(fl, "drain-timeout", "AION_DRAIN_TIMEOUT")
+	fl.DurationVar(&f.heartbeatWindow, "heartbeat-window", defaults.HeartbeatWindow, "a worker silent for longer is deregistered (reason timeout)")
+	bindEnv(fl, "heartbeat-window", "AION_HEARTBEAT_WINDOW")
+	fl.StringVar(&f.autoCreate, "auto-create", string(defaults.AutoCreate), "namespace auto-create policy: open (mint on first use) or closed")
+	bindEnv(fl, "auto-create", "AION_AUTO_CREATE")
+	fl.StringVar(&f.sqliteSync, "sqlite-sync", defaults.SQLiteSync, "SQLite synchronous mode: full (durable on power loss) or normal")
+	bindEnv(fl, "sqlite-sync", "AION_SQLITE_SYNC")
+
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := f.config(dev)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		log := a.logger()
+		log.Info("aion starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "data_dir", cfg.DataDir,
+			"auto_create", cfg.AutoCreate, "sqlite_sync", cfg.SQLiteSync, "drain_timeout", cfg.DrainTimeout,
+			"heartbeat_window", cfg.HeartbeatWindow, "dev", cfg.Dev)
+		return a.runServer(ctx, cfg, log)
+	}
+	return cmd
+}

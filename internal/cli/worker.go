@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aion-run/aion/worker"
+)
+
+func (a *app) workerCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run workers",
+		Long:  `Run workers that connect to an aion server and run its activities.`,
+		Example: `  aion worker demo --namespace demo --task-queue default
+  aion worker demo --namespace a,b --task-queue gpu --node gpu-a --slots 4`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(a.demoWorkerCommand())
+	return cmd
+}
+
+// demoFlags are the flags of `aion worker demo`.
+type demoFlags struct {
+	namespaces  []string
+	taskQueue   string
+	node        string
+	slots       int
+	identity    string
+	stopTimeout time.Duration
+	exitOnDrain bool
+}
+
+func (a *app) demoWorkerCommand() *cobra.Command {
+	var f demoFlags
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a worker with built-in demo activity types",
+		Long: `Run a worker serving three built-in activity types:
+
+  echo    returns its input unchanged
+  sleep   input {"ms":N}: sleeps N milliseconds, heartbeating with its progress
+          (a retry resumes from the last heartbeat), honours cancellation,
+          returns {"slept_ms":N}
+  fail    input {"times":N}: fails the first N attempts (retryably), then
+          returns {"attempts":K} where K is the attempt that succeeded
+
+It logs one line per attempt. On SIGINT or SIGTERM it stops taking work,
+finishes what it has (up to --stop-timeout), and exits. When the server asks
+it to drain it finishes its work and reconnects (or exits with
+--exit-on-drain).`,
+		Example: `  aion worker demo --namespace demo --task-queue default
+  aion worker demo --namespace team-a,team-b --task-queue gpu --node gpu-a --slots 8`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(f.namespaces) == 0 {
+				return errors.New("--namespace: at least one namespace is required")
+			}
+			for _, ns := range f.namespaces {
+				if ns == "" {
+					return fmt.Errorf("--namespace %q: empty namespace name in the list", f.namespaces)
+				}
+			}
+			if f.slots < 1 {
+				return fmt.Errorf("--slots %d: must be at least 1", f.slots)
+			}
+			log := a.logger()
+			w, err := worker.New(a.address, worker.Options{
+				Namespaces:  f.namespaces,
+				TaskQueue:   f.taskQueue,
+				Node:        f.node,
+				Slots:       f.slots,
+				Identity:    f.identity,
+				Token:       a.token,
+				Logger:      log,
+				StopTimeout: f.stopTimeout,
+				ExitOnDrain: f.exitOnDrain,
+			})
+			if err != nil {
+				return err
+			}
+			registerDemo(w, log)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log.Info("demo worker starting", "address", a.address, "namespaces", f.namespaces, "task_queue", f.taskQueue,
+				"node", f.node, "slots", f.slots, "types", []string{"echo", "sleep", "fail"})
+			return w.Run(ctx)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVarP(&f.namespaces, "namespace", "n", nil, "namespaces to serve (comma-separated or repeated; required)")
+	bindEnv(fl, "namespace", "AION_NAMESPACE")
+	fl.StringVarP(&f.taskQueue, "task-queue", "q", "default", "task queue (worker pool) to serve")
+	fl.StringVar(&f.node, "node", "", "node label to advertise (for pinned activities and placement)")
+	fl.IntVar(&f.slots, "slots", 4, "most attempts run at once")
+	fl.StringVar(&f.identity, "identity", "", "name shown to operators (default host:pid)")
+	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight attempts may keep running")
+	fl.BoolVar(&f.exitOnDrain, "exit-on-drain", false, "exit when the server asks this worker to drain, instead of reconnecting")
+	return cmd
+}
+
+// sleepInput and friends are the demo activity types' payloads.
+type (
+	sleepInput struct {
+		MS int64 `json:"ms"`
+	}
+	sleepOutput struct {
+		SleptMS int64 `json:"slept_ms"`
+	}
+	failInput struct {
+		Times uint32 `json:"times"`
+	}
+	failOutput struct {
+		Attempts uint32 `json:"attempts"`
+	}
+)
+
+// registerDemo registers echo, sleep and fail, each logging one line per
+// attempt.
+func registerDemo(w *worker.Worker, log *slog.Logger) {
+	worker.RegisterActivity(w, "echo", logged(log, demoEcho))
+	worker.RegisterActivity(w, "sleep", logged(log, demoSleep))
+	worker.RegisterActivity(w, "fail", logged(log, demoFail))
+}
+
+// logged wraps a handler with one log line per attempt.
+func logged[In, Out any](log *slog.Logger, fn func(context.Context, In) (Out, error)) func(context.Context, In) (Out, error) {
+	return func(ctx context.Context, in In) (Out, error) {
+		start := time.Now()
+		out, err := fn(ctx, in)
+		info := worker.Info(ctx)
+		attrs := []any{"namespace", info.Namespace, "activity_id", info.ActivityID, "attempt", info.Attempt,
+			"type", info.ActivityType, "duration", time.Since(start).Round(time.Microsecond)}
+		if err != nil {
+			log.Info("task failed", append(attrs, "err", err)...)
+		} else {
+			log.Info("task completed", attrs...)
+		}
+		return out, err
+	}
+}
+
+func demoEcho(_ context.Context, in json.RawMessage) (json.RawMessage, error) {
+	if len(in) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	return in, nil
+}
+
+// demoSleep sleeps in.MS milliseconds, heartbeating its progress; a retry
+// resumes from the previous attempt's last heartbeat.
+func demoSleep(ctx context.Context, in sleepInput) (sleepOutput, error) {
+	if in.MS < 0 {
+		return sleepOutput{}, worker.NewError("invalid_input", fmt.Sprintf("ms is %d, want at least 0", in.MS), false, nil)
+	}
+	total := time.Duration(in.MS) * time.Millisecond
+	done := time.Duration(0)
+	if prev, err := worker.HeartbeatDetails[sleepOutput](ctx); err == nil && prev.SleptMS > 0 {
+		done = min(time.Duration(prev.SleptMS)*time.Millisecond, total)
+	}
+	every := heartbeatEvery(worker.Info(ctx).HeartbeatTimeout)
+	for done < total {
+		step := min(every, total-done)
+		t := time.NewTimer(step)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sleepOutput{}, context.Cause(ctx)
+		case <-t.C:
+		}
+		done += step
+		worker.RecordHeartbeat(ctx, sleepOutput{SleptMS: done.Milliseconds()})
+	}
+	return sleepOutput{SleptMS: in.MS}, nil
+}
+
+// heartbeatEvery is how often sleep heartbeats: a third of the heartbeat
+// timeout, at most 1s (and at least 50ms); every second when heartbeats are
+// not required.
+func heartbeatEvery(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return time.Second
+	}
+	return min(max(timeout/3, 50*time.Millisecond), time.Second)
+}
+
+// demoFail fails the first in.Times attempts retryably, then succeeds.
+func demoFail(ctx context.Context, in failInput) (failOutput, error) {
+	attempt := worker.Info(ctx).Attempt
+	if attempt <= in.Times {
+		return failOutput{}, worker.NewError("demo_failure",
+			fmt.Sprintf("failing attempt %d on purpose (first %d attempts fail)", attempt, in.Times), true, nil)
+	}
+	return failOutput{Attempts: attempt}, nil
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/name"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// watchBuffer is how many events a Watch subscriber may fall behind by
+// before it is dropped.
+const watchBuffer = 4096
+
+type clusterService struct {
+	aionv1.UnimplementedClusterServiceServer
+	s *Server
+}
+
+var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
+	registry.ReasonDisconnect:   aionv1.DisconnectReason_DISCONNECT_REASON_DISCONNECT,
+	registry.ReasonTimeout:      aionv1.DisconnectReason_DISCONNECT_REASON_TIMEOUT,
+	registry.ReasonDeregistered: aionv1.DisconnectReason_DISCONNECT_REASON_DEREGISTERED,
+	registry.ReasonDrained:      aionv1.DisconnectReason_DISCONNECT_REASON_DRAINED,
+}
+
+func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
+	var out []aionv1.InterventionPrimitive
+	for p, c := range capabilityOf {
+		if cs.Has(c) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// workerToProto describes a worker; lastSeen is zero when unknown.
+func workerToProto(w registry.WorkerInfo, lastSeen time.Time, peer string) *aionv1.Worker {
+	state := aionv1.WorkerState_WORKER_STATE_CONNECTED
+	if w.Draining {
+		state = aionv1.WorkerState_WORKER_STATE_DRAINING
+	}
+	return &aionv1.Worker{
+		Id:                uint64(w.ID),
+		Namespaces:        w.Namespaces,
+		TaskQueue:         w.TaskQueue,
+		Node:              w.Node,
+		ActivityTypes:     w.ActivityTypes,
+		Slots:             uint32(w.Slots),
+		SlotsInUse:        uint32(w.SlotsInUse),
+		State:             state,
+		Transport:         string(w.Transport),
+		ConnectedTime:     ts(w.ConnectedAt),
+		LastHeartbeatTime: ts(lastSeen),
+		Capabilities:      capabilitiesToProto(w.Capabilities),
+		Peer:              peer,
+	}
+}
+
+// workerView adds what only the stream knows (last sign of life, peer).
+func (s *Server) workerView(w registry.WorkerInfo) *aionv1.Worker {
+	s.connsMu.Lock()
+	c := s.conns[w.ID]
+	s.connsMu.Unlock()
+	var seen time.Time
+	peer := ""
+	if c != nil {
+		seen = time.Unix(0, c.lastSeen.Load())
+		peer = c.peer
+	}
+	return workerToProto(w, seen, peer)
+}
+
+func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersRequest) (*aionv1.ListWorkersResponse, error) {
+	if err := name.CheckOptional("namespace", r.GetNamespace(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	caller := c.s.caller(ctx)
+	out := &aionv1.ListWorkersResponse{Workers: []*aionv1.Worker{}}
+	for _, w := range c.s.reg.Workers() {
+		if r.GetNamespace() != "" && !slices.Contains(w.Namespaces, r.GetNamespace()) {
+			continue
+		}
+		if !allowsAny(caller.Allows, w.Namespaces) {
+			continue
+		}
+		out.Workers = append(out.Workers, c.s.workerView(w))
+	}
+	return out, nil
+}
+
+func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerRequest) (*aionv1.DrainWorkerResponse, error) {
+	id := registry.WorkerID(r.GetWorkerId())
+	info, ok := c.s.reg.Lookup(id)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "worker_id: worker %d is not connected", r.GetWorkerId())
+	}
+	caller := c.s.caller(ctx)
+	for _, ns := range info.Namespaces {
+		if !caller.Allows(ns) {
+			return nil, status.Errorf(codes.PermissionDenied, "worker_id: worker %d serves namespace %q, which the caller may not use", id, ns)
+		}
+	}
+	c.s.reg.Drain(id)
+	info, _ = c.s.reg.Lookup(id)
+	return &aionv1.DrainWorkerResponse{Worker: c.s.workerView(info)}, nil
+}
+
+func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreamingServer[aionv1.ClusterEvent]) error {
+	snap, sub := c.s.bus.Subscribe(watchBuffer)
+	defer sub.Close()
+	if err := stream.Send(snapshotToProto(snap, c.s)); err != nil {
+		return err
+	}
+	for {
+		e, err := sub.Next(stream.Context())
+		switch {
+		case errors.Is(err, events.ErrSlow):
+			return status.Errorf(codes.ResourceExhausted, "watch: %v; watch again for a fresh snapshot", err)
+		case errors.Is(err, events.ErrClosed):
+			return status.Error(codes.Unavailable, "watch: server is shutting down")
+		case err != nil:
+			return status.FromContextError(err).Err()
+		}
+		if err := stream.Send(eventToProto(e, c.s)); err != nil {
+			return err
+		}
+	}
+}
+
+func snapshotToProto(snap events.Snapshot, s *Server) *aionv1.ClusterEvent {
+	cs := &aionv1.ClusterSnapshot{}
+	for _, w := range snap.Workers {
+		cs.Workers = append(cs.Workers, s.workerView(w))
+	}
+	for _, ns := range snap.Namespaces {
+		cs.Namespaces = append(cs.Namespaces, namespaceToProto(ns))
+	}
+	cs.Pools = poolsToProto(snap.Pools)
+	return &aionv1.ClusterEvent{Sequence: snap.Seq, Time: timestamppb.New(snap.Time),
+		Event: &aionv1.ClusterEvent_Snapshot{Snapshot: cs}}
+}
+
+func poolsToProto(pools []events.Pool) []*aionv1.PoolStats {
+	out := make([]*aionv1.PoolStats, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, &aionv1.PoolStats{Namespace: p.Namespace, TaskQueue: p.TaskQueue, Backlog: uint64(p.Backlog),
+			OldestAge: durationpb.New(p.OldestAge), Workers: uint32(p.Workers), SlotsFree: uint32(p.SlotsFree)})
+	}
+	return out
+}
+
+func eventToProto(e events.Event, s *Server) *aionv1.ClusterEvent {
+	out := &aionv1.ClusterEvent{Sequence: e.Seq, Time: timestamppb.New(e.Time)}
+	switch e.Kind {
+	case events.WorkerConnected:
+		out.Event = &aionv1.ClusterEvent_WorkerConnected{WorkerConnected: &aionv1.WorkerConnected{
+			Worker: workerToProto(*e.Worker, e.Worker.ConnectedAt, "")}}
+	case events.WorkerDraining:
+		out.Event = &aionv1.ClusterEvent_WorkerDraining{WorkerDraining: &aionv1.WorkerDraining{WorkerId: uint64(e.Worker.ID)}}
+	case events.WorkerDisconnected:
+		out.Event = &aionv1.ClusterEvent_WorkerDisconnected{WorkerDisconnected: &aionv1.WorkerDisconnected{
+			WorkerId: uint64(e.Worker.ID), Namespaces: e.Worker.Namespaces, Reason: disconnectReasons[e.Reason]}}
+	case events.NamespaceCreated:
+		out.Event = &aionv1.ClusterEvent_NamespaceCreated{NamespaceCreated: &aionv1.NamespaceCreated{Namespace: namespaceToProto(*e.Namespace)}}
+	case events.PlacementChanged:
+		out.Event = &aionv1.ClusterEvent_PlacementChanged{PlacementChanged: &aionv1.PlacementChanged{Namespace: namespaceToProto(*e.Namespace)}}
+	case events.PoolStatsUpdated:
+		out.Event = &aionv1.ClusterEvent_PoolStats{PoolStats: &aionv1.PoolStatsUpdate{Pools: poolsToProto(e.Pools)}}
+	}
+	return out
+}
+
+// poolStats samples every pool with workers or waiting work.
+func (s *Server) poolStats() []events.Pool {
+	byPool := map[registry.PoolAddress]*events.Pool{}
+	get := func(p registry.PoolAddress) *events.Pool {
+		if byPool[p] == nil {
+			byPool[p] = &events.Pool{Namespace: p.Namespace, TaskQueue: p.TaskQueue}
+		}
+		return byPool[p]
+	}
+	for _, w := range s.reg.Workers() {
+		for _, ns := range w.Namespaces {
+			p := get(registry.Pool(ns, w.TaskQueue))
+			p.Workers++
+			if !w.Draining {
+				p.SlotsFree += w.Slots - w.SlotsInUse
+			}
+		}
+	}
+	for _, b := range s.eng.Backlog() {
+		p := get(registry.Pool(b.Namespace, b.TaskQueue))
+		p.Backlog, p.OldestAge = b.Waiting, b.OldestAge
+	}
+	out := make([]events.Pool, 0, len(byPool))
+	for _, p := range byPool {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b events.Pool) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.TaskQueue, b.TaskQueue))
+	})
+	return out
+}
+
+// publishPoolStats publishes a pool-stats event every interval.
+func (s *Server) publishPoolStats(ctx context.Context, every time.Duration) {
+	defer s.bg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.bus.Publish(events.Event{Kind: events.PoolStatsUpdated, Pools: s.poolStats()})
+		}
+	}
+}
+
+func allowsAny(allows func(string) bool, nss []string) bool {
+	for _, ns := range nss {
+		if allows(ns) {
+			return true
+		}
+	}
+	return false
+}
+
+func namespaceEvent(kind events.Kind, ns store.Namespace) events.Event {
+	return events.Event{Kind: kind, Namespace: &ns}
+}

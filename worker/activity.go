@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+)
+
+// ActivityInfo describes the attempt a handler is running.
+type ActivityInfo struct {
+	Namespace    string
+	ActivityID   string
+	Attempt      uint32 // from 1
+	TaskQueue    string
+	ActivityType string
+	// Node is the activity's node pin; empty when not pinned.
+	Node string
+	// ScheduledTime is when the activity was scheduled; StartedTime when
+	// this attempt was handed to the worker.
+	ScheduledTime time.Time
+	StartedTime   time.Time
+	// Deadline is when the server gives up on this attempt (the handler's
+	// context carries it too); zero if none.
+	Deadline time.Time
+	// StartToCloseTimeout limits this attempt; HeartbeatTimeout is the
+	// longest allowed gap between heartbeats (0: heartbeats not required).
+	StartToCloseTimeout time.Duration
+	HeartbeatTimeout    time.Duration
+	// WorkerID is the id the server gave this worker's stream.
+	WorkerID uint64
+}
+
+type ctxKey struct{}
+
+// attemptFrom returns the running attempt a handler context belongs to.
+func attemptFrom(ctx context.Context) *attempt {
+	a, _ := ctx.Value(ctxKey{}).(*attempt)
+	return a
+}
+
+// Info returns the attempt the handler's ctx belongs to; the zero value
+// outside an activity handler.
+func Info(ctx context.Context) ActivityInfo {
+	if a := attemptFrom(ctx); a != nil {
+		return a.info
+	}
+	return ActivityInfo{}
+}
+
+// ErrNoHeartbeatDetails is returned by HeartbeatDetails when the previous
+// attempt recorded none (or this is the first attempt).
+var ErrNoHeartbeatDetails = errors.New("no heartbeat details from a previous attempt")
+
+// HeartbeatDetails decodes the details of the last heartbeat a previous
+// attempt of this activity recorded, so a retry can resume where it left
+// off. It returns ErrNoHeartbeatDetails when there are none.
+func HeartbeatDetails[T any](ctx context.Context) (T, error) {
+	var out T
+	a := attemptFrom(ctx)
+	if a == nil {
+		return out, errors.New("worker: HeartbeatDetails called outside an activity handler")
+	}
+	if len(a.lastDetails) == 0 {
+		return out, ErrNoHeartbeatDetails
+	}
+	if err := json.Unmarshal(a.lastDetails, &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// heartbeatEvery is the most often one attempt sends a heartbeat.
+const heartbeatEvery = time.Second
+
+// RecordHeartbeat reports that the attempt is alive, with progress details
+// (encoded as JSON; nil is fine) that the server keeps and hands to the next
+// attempt if this one fails (see HeartbeatDetails).
+//
+// Calls are throttled to one heartbeat per second per attempt (or half the
+// heartbeat timeout, if that is shorter); the latest details are always
+// sent, at the end of the throttle interval. Heartbeats are best effort:
+// while the worker is disconnected they are dropped. When the server answers
+// that the activity was canceled or the attempt is stale, the handler's ctx
+// is canceled (see ErrActivityCanceled, ErrAttemptStale).
+//
+// Outside an activity handler RecordHeartbeat does nothing.
+func RecordHeartbeat(ctx context.Context, details any) {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return
+	}
+	var b []byte
+	if details != nil {
+		var err error
+		if b, err = json.Marshal(details); err != nil {
+			a.w.log.Warn("heartbeat details not encodable as JSON; sending none", "activity", a.key.String(), "err", err)
+			b = nil
+		}
+	}
+	a.heartbeat(b)
+}
+
+// attempt is one running activity attempt.
+type attempt struct {
+	w           *Worker
+	key         attemptKey
+	info        ActivityInfo
+	lastDetails []byte // from the previous attempt
+	cancel      context.CancelCauseFunc
+
+	hbMu       sync.Mutex
+	hbInterval time.Duration
+	hbLast     time.Time
+	hbPending  []byte
+	hasPending bool
+	hbTimer    *time.Timer
+	done       bool
+}
+
+func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
+	a := &attempt{
+		w:           w,
+		key:         attemptKey{namespace: t.GetNamespace(), id: t.GetActivityId(), attempt: t.GetAttempt()},
+		lastDetails: t.GetLastHeartbeatDetails(),
+		hbInterval:  heartbeatEvery,
+		info: ActivityInfo{
+			Namespace:           t.GetNamespace(),
+			ActivityID:          t.GetActivityId(),
+			Attempt:             t.GetAttempt(),
+			TaskQueue:           t.GetTaskQueue(),
+			ActivityType:        t.GetActivityType(),
+			Node:                t.GetNode(),
+			StartToCloseTimeout: t.GetStartToCloseTimeout().AsDuration(),
+			HeartbeatTimeout:    t.GetHeartbeatTimeout().AsDuration(),
+			WorkerID:            workerID,
+		},
+	}
+	if t.GetScheduledTime() != nil {
+		a.info.ScheduledTime = t.GetScheduledTime().AsTime()
+	}
+	if t.GetStartedTime() != nil {
+		a.info.StartedTime = t.GetStartedTime().AsTime()
+	}
+	if t.GetDeadline() != nil {
+		a.info.Deadline = t.GetDeadline().AsTime()
+	}
+	if t.GetStartToCloseTimeout() == nil {
+		a.info.StartToCloseTimeout = 0
+	}
+	if t.GetHeartbeatTimeout() == nil {
+		a.info.HeartbeatTimeout = 0
+	}
+	if ht := a.info.HeartbeatTimeout; ht > 0 && ht/2 < a.hbInterval {
+		a.hbInterval = max(ht/2, 10*time.Millisecond)
+	}
+	return a
+}
+
+// heartbeat sends details now if the throttle allows, otherwise keeps them
+// as the pending details and arms a timer that sends the latest pending
+// details when the interval is up.
+func (a *attempt) heartbeat(details []byte) {
+	a.hbMu.Lock()
+	if a.done {
+		a.hbMu.Unlock()
+		return
+	}
+	now := time.Now()
+	if a.hbTimer == nil && now.Sub(a.hbLast) >= a.hbInterval {
+		a.hbLast = now
+		a.hbMu.Unlock()
+		a.w.sendHeartbeat(a.key, details)
+		return
+	}
+	a.hbPending, a.hasPending = details, true
+	if a.hbTimer == nil {
+		a.w.aux.Add(1)
+		a.hbTimer = time.AfterFunc(a.hbLast.Add(a.hbInterval).Sub(now), a.flush)
+	}
+	a.hbMu.Unlock()
+}
+
+// flush is the throttle timer: it sends the latest pending details.
+func (a *attempt) flush() {
+	defer a.w.aux.Done()
+	a.hbMu.Lock()
+	a.hbTimer = nil
+	if a.done || !a.hasPending {
+		a.hbMu.Unlock()
+		return
+	}
+	details := a.hbPending
+	a.hbPending, a.hasPending = nil, false
+	a.hbLast = time.Now()
+	a.hbMu.Unlock()
+	a.w.sendHeartbeat(a.key, details)
+}
+
+// finish stops heartbeating for good.
+func (a *attempt) finish() {
+	a.hbMu.Lock()
+	a.done = true
+	if a.hbTimer != nil && a.hbTimer.Stop() {
+		a.w.aux.Done()
+	}
+	a.hbTimer = nil
+	a.hbPending = nil
+	a.hbMu.Unlock()
+}
