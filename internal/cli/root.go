@@ -176,6 +176,7 @@ defaults.`,
 		a.workerCommand(),
 		a.activityCommand(),
 		a.namespaceCommand(),
+		a.benchCommand(),
 	)
 	return root
 }
