@@ -89,4 +89,3 @@ func printReport(a *app, r bench.Report) {
 	fmt.Fprintf(w, "schedule-to-start: p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.ScheduleToStart.P50, r.ScheduleToStart.P99, r.ScheduleToStart.Max)
 	fmt.Fprintf(w, "end-to-end:        p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.EndToEnd.P50, r.EndToEnd.P99, r.EndToEnd.Max)
 }
-
