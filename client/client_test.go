@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,308 +12,551 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeServer answers ActivityService and NamespaceService from functions the
-// test sets.
-type fakeServer struct {
-	aionv1.UnimplementedActivityServiceServer
+// rpcCounter counts the unary calls a client makes, by method name.
+type rpcCounter struct{ list, wait atomic.Int32 }
 
-	mu       sync.Mutex
-	auth     []string
-	schedule func(*aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error)
-	batch    func(*aionv1.ScheduleBatchRequest) (*aionv1.ScheduleBatchResponse, error)
-	wait     func(context.Context, *aionv1.WaitRequest) (*aionv1.WaitResponse, error)
-	list     func(*aionv1.ListActivitiesRequest) (*aionv1.ListActivitiesResponse, error)
-	nsList   func(*aionv1.ListNamespacesRequest) (*aionv1.ListNamespacesResponse, error)
-	place    func(*aionv1.SetPlacementRequest) (*aionv1.SetPlacementResponse, error)
+func (r *rpcCounter) interceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch method {
+		case aionv1.ActivityService_List_FullMethodName:
+			r.list.Add(1)
+		case aionv1.ActivityService_Wait_FullMethodName:
+			r.wait.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 }
 
-func (f *fakeServer) record(ctx context.Context) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	f.mu.Lock()
-	f.auth = append(f.auth, md.Get("authorization")...)
-	f.mu.Unlock()
+// env is one test's real server and a client dialed to it.
+type env struct {
+	srv   *servertest.Server
+	c     *Client
+	calls *rpcCounter
 }
 
-func (f *fakeServer) Schedule(ctx context.Context, r *aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error) {
-	f.record(ctx)
-	return f.schedule(r)
-}
-
-func (f *fakeServer) ScheduleBatch(_ context.Context, r *aionv1.ScheduleBatchRequest) (*aionv1.ScheduleBatchResponse, error) {
-	return f.batch(r)
-}
-
-func (f *fakeServer) Wait(ctx context.Context, r *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
-	return f.wait(ctx, r)
-}
-
-func (f *fakeServer) Get(_ context.Context, r *aionv1.GetActivityRequest) (*aionv1.GetActivityResponse, error) {
-	return nil, status.Errorf(codes.NotFound, "activity %q in namespace %q not found", r.GetId(), r.GetNamespace())
-}
-
-func (f *fakeServer) List(_ context.Context, r *aionv1.ListActivitiesRequest) (*aionv1.ListActivitiesResponse, error) {
-	return f.list(r)
-}
-
-type nsServer struct {
-	aionv1.UnimplementedNamespaceServiceServer
-	f *fakeServer
-}
-
-func (n nsServer) SetPlacement(_ context.Context, r *aionv1.SetPlacementRequest) (*aionv1.SetPlacementResponse, error) {
-	return n.f.place(r)
-}
-
-func (n nsServer) List(_ context.Context, r *aionv1.ListNamespacesRequest) (*aionv1.ListNamespacesResponse, error) {
-	return n.f.nsList(r)
-}
-
-func start(t *testing.T, f *fakeServer, opts ...Option) *Client {
+func setup(t *testing.T, opts ...servertest.Option) *env {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	aionv1.RegisterActivityServiceServer(srv, f)
-	aionv1.RegisterNamespaceServiceServer(srv, nsServer{f: f})
-	go func() { _ = srv.Serve(lis) }()
-	opts = append(opts, WithDialOptions(
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials())))
-	c, err := Dial(context.Background(), "passthrough:///bufnet", opts...)
+	e := &env{srv: servertest.Start(t, opts...), calls: &rpcCounter{}}
+	e.c = e.dial(t)
+	return e
+}
+
+func (e *env) dial(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	dial := append(servertest.FastReconnect(), grpc.WithChainUnaryInterceptor(e.calls.interceptor()))
+	c, err := Dial(context.Background(), e.srv.Addr, append(opts, WithDialOptions(dial...))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		srv.Stop()
-	})
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-func TestScheduleEncodesOptionsAndPayload(t *testing.T) {
-	var got *aionv1.ScheduleRequest
-	f := &fakeServer{schedule: func(r *aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error) {
-		got = r
-		return &aionv1.ScheduleResponse{Existing: true, Activity: &aionv1.Activity{
-			Id: "id1", Namespace: r.GetNamespace(), State: aionv1.ActivityState_ACTIVITY_STATE_SCHEDULED, Payload: r.GetPayload()}}, nil
-	}}
-	c := start(t, f, WithToken("s3cret"))
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestScheduleRecordsEveryOptionAndTheTypedPayload(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
 	type in struct {
 		Name string `json:"name"`
 	}
-	h, err := Schedule(context.Background(), c, ScheduleOptions{
+	opts := ScheduleOptions{
 		Namespace: "ns", ID: "id1", TaskQueue: "gpu", ActivityType: "greet", Node: "n1",
-		ScheduleToStartTimeout: time.Second, StartToCloseTimeout: 2 * time.Second,
-		ScheduleToCloseTimeout: 3 * time.Second, HeartbeatTimeout: 4 * time.Second,
-		RetryPolicy: &RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
+		ScheduleToStartTimeout: time.Minute, StartToCloseTimeout: 2 * time.Minute,
+		ScheduleToCloseTimeout: 3 * time.Minute, HeartbeatTimeout: 4 * time.Second,
+		RetryPolicy: &RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 1.5, MaximumInterval: time.Minute,
 			MaximumAttempts: 5, NonRetryableErrorTypes: []string{"bad"}},
-	}, in{Name: "ada"})
+	}
+	h, err := Schedule(ctx, e.c, opts, in{Name: "ada"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &aionv1.ScheduleRequest{
-		Namespace: "ns", Id: "id1", TaskQueue: "gpu", ActivityType: "greet", Node: "n1", Payload: []byte(`{"name":"ada"}`),
-		ScheduleToStartTimeout: durationpb.New(time.Second), StartToCloseTimeout: durationpb.New(2 * time.Second),
-		ScheduleToCloseTimeout: durationpb.New(3 * time.Second), HeartbeatTimeout: durationpb.New(4 * time.Second),
-		RetryPolicy: &aionv1.RetryPolicy{InitialInterval: durationpb.New(time.Second), BackoffCoefficient: 2,
-			MaximumInterval: durationpb.New(time.Minute), MaximumAttempts: 5, NonRetryableErrorTypes: []string{"bad"}},
+	if h.ID != "id1" || h.Namespace != "ns" || h.Existing {
+		t.Fatalf("handle = %+v, want id1 in ns, new", h)
 	}
-	if !proto.Equal(got, want) {
-		t.Fatalf("request = %v\nwant %v", got, want)
-	}
-	if h.ID != "id1" || h.Namespace != "ns" || !h.Existing || h.Activity.State != StateScheduled {
-		t.Fatalf("handle = %+v", h)
-	}
-	if len(f.auth) != 1 || f.auth[0] != "Bearer s3cret" {
-		t.Fatalf("authorization metadata = %v", f.auth)
-	}
-
-	// Zero options leave the durations and the policy unset.
-	if _, err := Schedule(context.Background(), c, ScheduleOptions{Namespace: "ns", ActivityType: "t"}, json.RawMessage(`[1, 2]`)); err != nil {
-		t.Fatal(err)
-	}
-	if got.ScheduleToStartTimeout != nil || got.HeartbeatTimeout != nil || got.RetryPolicy != nil || string(got.Payload) != `[1, 2]` {
-		t.Fatalf("zero options: %v", got)
-	}
-}
-
-func TestScheduleErrorsKeepTheirStatus(t *testing.T) {
-	f := &fakeServer{schedule: func(r *aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error) {
-		return nil, status.Errorf(codes.AlreadyExists, "activity %q exists with a different request", r.GetId())
-	}}
-	c := start(t, f)
-	_, err := Schedule(context.Background(), c, ScheduleOptions{Namespace: "ns", ID: "x", ActivityType: "t"}, 1)
-	if status.Code(err) != codes.AlreadyExists {
-		t.Fatalf("code = %v (%v)", status.Code(err), err)
-	}
-	if !strings.Contains(err.Error(), `schedule t in "ns"`) || !strings.Contains(err.Error(), "different request") {
-		t.Fatalf("error lacks context: %v", err)
-	}
-	if s := status.Convert(err); s.Message() != `activity "x" exists with a different request` {
-		t.Fatalf("status message = %q", s.Message())
-	}
-	_, err = c.Get(context.Background(), "ns", "nope")
-	if status.Code(err) != codes.NotFound {
-		t.Fatalf("get: %v", err)
-	}
-	// A payload that cannot be encoded never reaches the server.
-	if _, err := Schedule(context.Background(), c, ScheduleOptions{Namespace: "ns", ActivityType: "t"}, func() {}); err == nil {
-		t.Fatal("unencodable payload accepted")
-	}
-	if _, err := Schedule(context.Background(), c, ScheduleOptions{Namespace: "ns", ActivityType: "t"}, json.RawMessage(`{`)); err == nil {
-		t.Fatal("invalid raw JSON accepted")
-	}
-}
-
-func TestScheduleBatchMapsPerItemResults(t *testing.T) {
-	f := &fakeServer{batch: func(r *aionv1.ScheduleBatchRequest) (*aionv1.ScheduleBatchResponse, error) {
-		return &aionv1.ScheduleBatchResponse{Results: []*aionv1.ScheduleBatchResult{
-			{Result: &aionv1.ScheduleBatchResult_Activity{Activity: &aionv1.Activity{Id: "a", Namespace: "ns"}}},
-			{Result: &aionv1.ScheduleBatchResult_Error{Error: &aionv1.Status{Code: int32(codes.InvalidArgument), Message: "activity_type: empty"}}},
-		}}, nil
-	}}
-	c := start(t, f)
-	r1, _ := NewScheduleRequest(ScheduleOptions{Namespace: "ns", ActivityType: "t"}, 1)
-	r2, _ := NewScheduleRequest(ScheduleOptions{Namespace: "ns"}, 2)
-	res, err := c.ScheduleBatch(context.Background(), []ScheduleRequest{r1, r2})
+	got, err := h.Get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Err != nil || res[0].Handle.ID != "a" {
-		t.Fatalf("item 0 = %+v", res[0])
-	}
-	if res[1].Handle != nil || status.Code(res[1].Err) != codes.InvalidArgument {
-		t.Fatalf("item 1 = %+v", res[1])
-	}
-	// A response with the wrong number of results is an error.
-	if _, err := c.ScheduleBatch(context.Background(), []ScheduleRequest{r1}); err == nil {
-		t.Fatal("mismatched batch accepted")
-	}
-}
-
-func TestWaitPollsAgainOnServerDeadline(t *testing.T) {
-	var calls atomic.Int32
-	f := &fakeServer{wait: func(ctx context.Context, r *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
-		switch calls.Add(1) {
-		case 1:
-			return nil, status.Error(codes.DeadlineExceeded, "still running")
-		case 2:
-			return nil, status.Error(codes.Unavailable, "restarting")
+	for _, a := range []*Activity{h.Activity, got} {
+		if a.ID != "id1" || a.TaskQueue != "gpu" || a.ActivityType != "greet" || a.Node != "n1" || a.State != StateScheduled ||
+			string(a.Payload) != `{"name":"ada"}` || a.Attempt != 0 || a.ScheduledTime.IsZero() {
+			t.Fatalf("activity = %+v", a)
 		}
-		return &aionv1.WaitResponse{Activity: &aionv1.Activity{Id: r.GetId(), Namespace: r.GetNamespace(),
-			State: aionv1.ActivityState_ACTIVITY_STATE_COMPLETED, Result: []byte(`{"n":3}`)}}, nil
-	}}
-	c := start(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := WaitResult[map[string]int](ctx, c, "ns", "a")
+		if a.ScheduleToStartTimeout != time.Minute || a.StartToCloseTimeout != 2*time.Minute ||
+			a.ScheduleToCloseTimeout != 3*time.Minute || a.HeartbeatTimeout != 4*time.Second {
+			t.Fatalf("timeouts = %v %v %v %v", a.ScheduleToStartTimeout, a.StartToCloseTimeout, a.ScheduleToCloseTimeout, a.HeartbeatTimeout)
+		}
+		p := a.RetryPolicy
+		if p.InitialInterval != time.Second || p.BackoffCoefficient != 1.5 || p.MaximumInterval != time.Minute ||
+			p.MaximumAttempts != 5 || strings.Join(p.NonRetryableErrorTypes, ",") != "bad" {
+			t.Fatalf("retry policy = %+v", p)
+		}
+	}
+
+	// The same call again is idempotent: the existing activity.
+	again, err := Schedule(ctx, e.c, opts, in{Name: "ada"})
+	if err != nil || !again.Existing || again.ID != "id1" {
+		t.Fatalf("second schedule = %+v, %v; want the existing activity", again, err)
+	}
+
+	// Zero options take the server's defaults and a server-chosen id; a
+	// json.RawMessage is sent as is.
+	h, err = Schedule(ctx, e.c, ScheduleOptions{Namespace: "ns", ActivityType: "t"}, json.RawMessage(`[1, 2]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out["n"] != 3 || calls.Load() != 3 {
-		t.Fatalf("out = %v after %d calls", out, calls.Load())
+	a := h.Activity
+	if a.ID == "" || a.TaskQueue != "default" || string(a.Payload) != `[1, 2]` || a.HeartbeatTimeout != 0 ||
+		a.StartToCloseTimeout != 10*time.Minute || a.RetryPolicy.InitialInterval != time.Second || a.RetryPolicy.MaximumAttempts != 0 {
+		t.Fatalf("defaults: %+v", a)
 	}
 }
 
-func TestWaitEndsWithTheCallersDeadline(t *testing.T) {
-	f := &fakeServer{wait: func(ctx context.Context, _ *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
-		<-ctx.Done()
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}}
-	c := start(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err := c.Wait(ctx, "ns", "a")
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("err = %v", err)
+func TestWithTokenWorksOverTheInsecureTransport(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	// A token credential that demanded transport security would make every
+	// call fail on the insecure connection.
+	c := e.dial(t, WithToken("s3cret"))
+	if _, _, err := c.CreateNamespace(ctxFor(t), "tok"); err != nil {
+		t.Fatalf("call with a token: %v", err)
+	}
+	md, err := bearerToken("s3cret").GetRequestMetadata(context.Background())
+	if err != nil || md["authorization"] != "Bearer s3cret" {
+		t.Fatalf("metadata = %v, %v", md, err)
 	}
 }
 
-func TestWaitReturnsOtherErrorsAtOnce(t *testing.T) {
-	f := &fakeServer{wait: func(context.Context, *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
-		return nil, status.Error(codes.NotFound, "no such activity")
-	}}
-	c := start(t, f)
-	if _, err := c.Wait(context.Background(), "ns", "a"); status.Code(err) != codes.NotFound {
-		t.Fatalf("err = %v", err)
+func TestErrorsKeepTheServersStatus(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	closed := setup(t, servertest.AutoCreate(namespace.Closed))
+	ctx := ctxFor(t)
+	if _, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "ns", ID: "taken", ActivityType: "t"}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.c.CreateNamespace(ctx, "pinned"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.SetPlacement(ctx, "pinned", Pinned("gpu-a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		call    func() error
+		code    codes.Code
+		context string // the SDK's description of the call
+		message string // part of the server's message
+	}{
+		{"same id, different request", func() error {
+			_, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "ns", ID: "taken", ActivityType: "t"}, 2)
+			return err
+		}, codes.AlreadyExists, `schedule t in "ns"`, `"taken" already exists in namespace "ns" with a different request`},
+		{"missing activity type", func() error {
+			_, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "ns"}, 1)
+			return err
+		}, codes.InvalidArgument, `schedule  in "ns"`, "activity_type: must not be empty"},
+		{"bad namespace name", func() error {
+			_, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "a b", ActivityType: "t"}, 1)
+			return err
+		}, codes.InvalidArgument, `schedule t in "a b"`, `namespace: "a b" has ' '`},
+		{"negative timeout", func() error {
+			_, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "ns", ActivityType: "t", StartToCloseTimeout: -time.Second}, 1)
+			return err
+		}, codes.InvalidArgument, `schedule t in "ns"`, "start_to_close_timeout"},
+		{"node outside a pinned placement", func() error {
+			_, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "pinned", ActivityType: "t", Node: "cpu-1"}, 1)
+			return err
+		}, codes.FailedPrecondition, `schedule t in "pinned"`, `"cpu-1" is outside namespace "pinned"'s placement pinned{gpu-a}`},
+		{"unknown namespace under closed auto-create", func() error {
+			_, err := Schedule(ctx, closed.c, ScheduleOptions{Namespace: "nope", ActivityType: "t"}, 1)
+			return err
+		}, codes.NotFound, `schedule t in "nope"`, `namespace "nope" does not exist and auto-create is closed`},
+		{"get an unknown activity", func() error {
+			_, err := e.c.Get(ctx, "ns", "missing")
+			return err
+		}, codes.NotFound, `get activity "missing" in "ns"`, `activity "missing" in namespace "ns"`},
+		{"wait for an unknown activity returns at once", func() error {
+			_, err := e.c.Wait(ctx, "ns", "missing")
+			return err
+		}, codes.NotFound, `wait for activity "missing" in "ns"`, `activity "missing" in namespace "ns"`},
+		{"list with a token the server never issued", func() error {
+			_, err := e.c.List(ctx, ListOptions{Namespace: "ns", PageToken: "bogus"})
+			return err
+		}, codes.InvalidArgument, `list activities in "ns"`, `page_token: "bogus"`},
+		{"get an unknown namespace", func() error {
+			_, err := e.c.GetNamespace(ctx, "ghost")
+			return err
+		}, codes.NotFound, `get namespace "ghost"`, "ghost"},
+		{"place an unknown namespace", func() error {
+			_, err := e.c.SetPlacement(ctx, "ghost", Prefer("n1"))
+			return err
+		}, codes.NotFound, `set placement of "ghost" to prefer{n1}`, "ghost"},
+		{"create a badly named namespace", func() error {
+			_, _, err := e.c.CreateNamespace(ctx, "")
+			return err
+		}, codes.InvalidArgument, `create namespace ""`, "name: must not be empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if got := status.Code(err); got != tc.code {
+				t.Fatalf("code = %v (%v), want %v", got, err, tc.code)
+			}
+			if !strings.HasPrefix(err.Error(), "aion client: "+tc.context+": ") {
+				t.Errorf("error %q lacks the call's context %q", err, tc.context)
+			}
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, tc.message) {
+				t.Errorf("status message %q lacks the server's %q", msg, tc.message)
+			}
+		})
 	}
 }
 
-func TestListAllFollowsPages(t *testing.T) {
-	f := &fakeServer{list: func(r *aionv1.ListActivitiesRequest) (*aionv1.ListActivitiesResponse, error) {
-		if r.GetState() != aionv1.ActivityState_ACTIVITY_STATE_FAILED || r.GetActivityType() != "t" {
-			return nil, status.Error(codes.InvalidArgument, "filters not passed")
+func TestPayloadsThatCannotBeEncodedNeverReachTheServer(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	opts := ScheduleOptions{Namespace: "never", ActivityType: "t"}
+	for name, input := range map[string]any{
+		"function":                func() {},
+		"invalid json.RawMessage": json.RawMessage(`{`),
+		"invalid Payload":         Payload(`nope`),
+	} {
+		if _, err := Schedule(ctx, e.c, opts, input); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
-		switch r.GetPageToken() {
-		case "":
-			return &aionv1.ListActivitiesResponse{Activities: []*aionv1.Activity{{Id: "1"}, {Id: "2"}}, NextPageToken: "p2"}, nil
-		case "p2":
-			return &aionv1.ListActivitiesResponse{Activities: []*aionv1.Activity{{Id: "3"}}}, nil
-		}
-		return nil, status.Error(codes.InvalidArgument, "bad token")
-	}}
-	c := start(t, f)
-	var ids []string
-	for a, err := range c.ListAll(context.Background(), ListOptions{Namespace: "ns", State: StateFailed, ActivityType: "t"}) {
+	}
+	// A schedule that reached the server would have minted the namespace.
+	if _, err := e.c.GetNamespace(ctx, "never"); status.Code(err) != codes.NotFound {
+		t.Fatalf("namespace after refused schedules: %v, want NotFound", err)
+	}
+}
+
+func TestScheduleBatchReportsEachItemOnItsOwn(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	item := func(opts ScheduleOptions, in any) ScheduleRequest {
+		t.Helper()
+		r, err := NewScheduleRequest(opts, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, a.ID)
+		return r
 	}
-	if strings.Join(ids, ",") != "1,2,3" {
-		t.Fatalf("ids = %v", ids)
+	if _, err := NewScheduleRequest(ScheduleOptions{}, func() {}); err == nil {
+		t.Fatal("NewScheduleRequest encoded a function")
 	}
-	// Stopping early does not fetch more pages.
-	for range c.ListAll(context.Background(), ListOptions{Namespace: "ns", State: StateFailed, ActivityType: "t"}) {
-		break
+	res, err := e.c.ScheduleBatch(ctx, []ScheduleRequest{
+		item(ScheduleOptions{Namespace: "b", ActivityType: "t"}, map[string]int{"n": 0}),
+		item(ScheduleOptions{Namespace: "b", ID: "dup", ActivityType: "t"}, 1),
+		item(ScheduleOptions{Namespace: "b"}, 2),                               // no type
+		item(ScheduleOptions{Namespace: "b", ID: "dup", ActivityType: "t"}, 3), // same id, other payload
+		item(ScheduleOptions{Namespace: "b", ID: "dup", ActivityType: "t"}, 1), // same request again
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := c.List(context.Background(), ListOptions{Namespace: "ns", State: "bogus"}); err == nil {
-		t.Fatal("bogus state accepted")
+	if len(res) != 5 {
+		t.Fatalf("%d results for 5 items", len(res))
+	}
+	if r := res[0]; r.Err != nil || r.Handle.ID == "" || string(r.Handle.Activity.Payload) != `{"n":0}` || r.Handle.Existing {
+		t.Errorf("item 0 = %+v", r)
+	}
+	if r := res[1]; r.Err != nil || r.Handle.ID != "dup" || r.Handle.Existing {
+		t.Errorf("item 1 = %+v", r)
+	}
+	if r := res[2]; r.Handle != nil || status.Code(r.Err) != codes.InvalidArgument || !strings.Contains(r.Err.Error(), "requests[2]: ") {
+		t.Errorf("item 2 = %+v, want InvalidArgument naming requests[2]", r)
+	}
+	if r := res[3]; r.Handle != nil || status.Code(r.Err) != codes.AlreadyExists {
+		t.Errorf("item 3 = %+v, want AlreadyExists", r)
+	}
+	if r := res[4]; r.Err != nil || r.Handle.ID != "dup" || !r.Handle.Existing {
+		t.Errorf("item 4 = %+v, want the existing activity", r)
+	}
+	// The accepted items are durable and readable through their handles.
+	if a, err := res[0].Handle.Get(ctx); err != nil || a.State != StateScheduled {
+		t.Errorf("get item 0: %+v, %v", a, err)
+	}
+	// A refusal of the whole call keeps its status.
+	if _, err := e.c.ScheduleBatch(ctx, nil); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("empty batch: %v, want InvalidArgument", err)
 	}
 }
 
-func TestNamespacesListAndPlacement(t *testing.T) {
-	f := &fakeServer{
-		nsList: func(r *aionv1.ListNamespacesRequest) (*aionv1.ListNamespacesResponse, error) {
-			if r.GetPageToken() == "" {
-				return &aionv1.ListNamespacesResponse{Namespaces: []*aionv1.Namespace{{Name: "a"}}, NextPageToken: "b"}, nil
+func TestWaitReturnsTheOutcomeOnceAWorkerReportsIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"w"}, ActivityTypes: []string{"sum", "boom"}, Slots: 2})
+
+	h, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "w", ActivityType: "sum"}, []int{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		N int `json:"n"`
+	}
+	waited := make(chan error, 1)
+	var got out
+	go func() {
+		var err error
+		got, err = WaitResult[out](ctx, e.c, h.Namespace, h.ID)
+		waited <- err
+	}()
+	task := w.Task()
+	if string(task.GetPayload()) != `[1,2]` {
+		t.Fatalf("task payload = %s", task.GetPayload())
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned before the outcome: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.Complete(task, []byte(`{"n":3}`))
+	if err := <-waited; err != nil || got.N != 3 {
+		t.Fatalf("WaitResult = %+v, %v", got, err)
+	}
+	a, err := h.Wait(ctx)
+	if err != nil || a.State != StateCompleted || len(a.Attempts) != 1 || a.Attempts[0].WorkerID != w.ID ||
+		a.Attempts[0].Outcome != OutcomeCompleted || a.ClosedTime.IsZero() {
+		t.Fatalf("activity = %+v, %v", a, err)
+	}
+
+	h, err = Schedule(ctx, e.c, ScheduleOptions{Namespace: "w", ActivityType: "boom"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Fail(w.Task(), &aionv1.Failure{Type: "quota", Message: "over", Details: []byte(`{"limit":3}`)})
+	_, err = WaitResult[out](ctx, e.c, h.Namespace, h.ID)
+	var ae *ActivityError
+	if !errors.As(err, &ae) || ae.Type != "quota" || ae.Retryable || string(ae.Details) != `{"limit":3}` {
+		t.Fatalf("WaitResult of a failed activity = %v (%+v)", err, ae)
+	}
+	if !strings.Contains(err.Error(), "failed after 1 attempt(s): quota: over") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestWaitEndsWithTheCallersContext(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	h, err := Schedule(ctxFor(t), e.c, ScheduleOptions{Namespace: "idle", ActivityType: "nobody"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := h.Wait(ctx); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Wait = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d < 90*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("Wait returned after %v, want about 100ms", d)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, err := h.Wait(ctx); status.Code(err) != codes.Canceled {
+		t.Fatalf("Wait = %v, want Canceled", err)
+	}
+	if _, err := Result[int](h.Activity); !errors.Is(err, ErrNotTerminal) {
+		t.Fatalf("Result of a scheduled activity = %v, want ErrNotTerminal", err)
+	}
+}
+
+func TestWaitRidesOutAServerRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	h, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "r", ActivityType: "later"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	var got string
+	go func() {
+		var err error
+		got, err = WaitResult[string](ctx, e.c, h.Namespace, h.ID)
+		waited <- err
+	}()
+	servertest.Eventually(t, "the first Wait call", func() bool { return e.calls.wait.Load() >= 1 })
+	time.Sleep(20 * time.Millisecond) // let it reach the server
+
+	// The shutdown ends the Wait with Unavailable; the client keeps trying
+	// until the new server answers.
+	restarted := e.srv.Restart(t)
+	w := restarted.Connect(t, &aionv1.Register{Namespaces: []string{"r"}, ActivityTypes: []string{"later"}})
+	w.Complete(w.Task(), []byte(`"after restart"`))
+	if err := <-waited; err != nil || got != "after restart" {
+		t.Fatalf("WaitResult = %q, %v", got, err)
+	}
+	if n := e.calls.wait.Load(); n < 2 {
+		t.Fatalf("%d Wait calls, want a retry after the restart", n)
+	}
+}
+
+func TestListPagesNewestFirstAndFilters(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	for _, id := range []string{"a1", "a2", "a3", "a4", "a5", "b1"} {
+		if _, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "l", ID: id, ActivityType: id[:1]}, Payload(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Finish a2 and a4, fail b1; the others stay scheduled.
+	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"l"}, ActivityTypes: []string{"a", "b"}, Slots: 10})
+	for range 6 {
+		task := w.Task()
+		switch task.GetActivityId() {
+		case "a2", "a4":
+			w.Complete(task, nil)
+		case "b1":
+			w.Fail(task, &aionv1.Failure{Type: "bad", Message: "no"})
+		}
+	}
+	for _, id := range []string{"a2", "a4", "b1"} {
+		if _, err := e.c.Wait(ctx, "l", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ids := func(acts []*Activity) string {
+		var s []string
+		for _, a := range acts {
+			s = append(s, a.ID)
+		}
+		return strings.Join(s, ",")
+	}
+	var pages []string
+	opts := ListOptions{Namespace: "l", ActivityType: "a", PageSize: 2}
+	for {
+		page, err := e.c.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, ids(page.Activities))
+		if page.NextPageToken == "" {
+			break
+		}
+		opts.PageToken = page.NextPageToken
+	}
+	if got := strings.Join(pages, " | "); got != "a5,a4 | a3,a2 | a1" {
+		t.Fatalf("pages = %s, want a5,a4 | a3,a2 | a1", got)
+	}
+
+	for _, tc := range []struct {
+		opts ListOptions
+		want string
+	}{
+		{ListOptions{Namespace: "l"}, "b1,a5,a4,a3,a2,a1"},
+		{ListOptions{Namespace: "l", PageSize: 1}, "b1,a5,a4,a3,a2,a1"},
+		{ListOptions{Namespace: "l", State: StateCompleted}, "a4,a2"},
+		{ListOptions{Namespace: "l", State: StateFailed, PageSize: 1}, "b1"},
+		{ListOptions{Namespace: "l", State: StateScheduled, ActivityType: "a"}, "a5,a3,a1"},
+		{ListOptions{Namespace: "empty"}, ""},
+	} {
+		var got []*Activity
+		for a, err := range e.c.ListAll(ctx, tc.opts) {
+			if err != nil {
+				t.Fatal(err)
 			}
-			return &aionv1.ListNamespacesResponse{Namespaces: []*aionv1.Namespace{{Name: "b", Origin: aionv1.NamespaceOrigin_NAMESPACE_ORIGIN_WORKER}}}, nil
-		},
-		place: func(r *aionv1.SetPlacementRequest) (*aionv1.SetPlacementResponse, error) {
-			return &aionv1.SetPlacementResponse{Namespace: &aionv1.Namespace{Name: r.GetName(), Placement: r.GetPlacement()}}, nil
-		},
+			got = append(got, a)
+		}
+		if ids(got) != tc.want {
+			t.Errorf("ListAll(%+v) = %s, want %s", tc.opts, ids(got), tc.want)
+		}
 	}
-	c := start(t, f)
-	nss, err := c.ListNamespaces(context.Background())
-	if err != nil || len(nss) != 2 || nss[1].Origin != OriginWorker || nss[0].Placement.Mode != PlacementUnplaced {
-		t.Fatalf("namespaces = %v, %v", nss, err)
+
+	// Stopping early fetches no further page.
+	before := e.calls.list.Load()
+	for range e.c.ListAll(ctx, ListOptions{Namespace: "l", PageSize: 1}) {
+		break
 	}
-	ns, err := c.SetPlacement(context.Background(), "a", Pinned("n1", "n2"))
-	if err != nil || ns.Placement.Mode != PlacementPinned || strings.Join(ns.Placement.Nodes, ",") != "n1,n2" {
-		t.Fatalf("placement = %+v, %v", ns, err)
+	if n := e.calls.list.Load() - before; n != 1 {
+		t.Fatalf("breaking after the first item made %d List calls, want 1", n)
 	}
-	if ns.Placement.String() != "pinned{n1,n2}" {
-		t.Fatalf("String = %q", ns.Placement.String())
+	// A state the client does not know is refused before any call.
+	before = e.calls.list.Load()
+	if _, err := e.c.List(ctx, ListOptions{Namespace: "l", State: "bogus"}); err == nil {
+		t.Fatal("bogus state accepted")
 	}
-	if _, err := c.SetPlacement(context.Background(), "a", Placement{Mode: "sideways"}); err == nil {
+	for a, err := range e.c.ListAll(ctx, ListOptions{Namespace: "l", State: "bogus"}) {
+		if a != nil || err == nil {
+			t.Fatalf("ListAll with a bogus state yielded %v, %v", a, err)
+		}
+	}
+	if n := e.calls.list.Load() - before; n != 0 {
+		t.Fatalf("bogus state made %d List calls", n)
+	}
+}
+
+func TestNamespacesAreCreatedListedAndPlaced(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	ns, created, err := e.c.CreateNamespace(ctx, "billing")
+	if err != nil || !created || ns.Name != "billing" || ns.Origin != OriginExplicit || ns.Placement.Mode != PlacementUnplaced || ns.CreatedTime.IsZero() {
+		t.Fatalf("create = %+v, %v, %v", ns, created, err)
+	}
+	if _, created, err := e.c.CreateNamespace(ctx, "billing"); err != nil || created {
+		t.Fatalf("second create: created=%v, %v; want false, nil", created, err)
+	}
+	if _, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "sched", ActivityType: "t"}, Payload(nil)); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"wrk"}, ActivityTypes: []string{"t"}})
+
+	nss, err := e.c.ListNamespaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range nss {
+		got = append(got, n.Name+"="+string(n.Origin))
+	}
+	if strings.Join(got, " ") != "billing=explicit sched=schedule wrk=worker" {
+		t.Fatalf("namespaces = %v", got)
+	}
+
+	for _, p := range []Placement{Pinned("n1", "n2"), Prefer("n3"), Unplaced()} {
+		ns, err := e.c.SetPlacement(ctx, "billing", p)
+		if err != nil || ns.Placement.String() != p.String() {
+			t.Fatalf("SetPlacement(%s) = %+v, %v", p, ns, err)
+		}
+		if ns, err := e.c.GetNamespace(ctx, "billing"); err != nil || ns.Placement.String() != p.String() {
+			t.Fatalf("after SetPlacement(%s): %+v, %v", p, ns, err)
+		}
+	}
+	if got := Pinned("a", "b").String(); got != "pinned{a,b}" {
+		t.Fatalf("String = %q", got)
+	}
+	if _, err := e.c.SetPlacement(ctx, "billing", Placement{Mode: "sideways"}); err == nil {
 		t.Fatal("bad mode accepted")
+	}
+	if ns, err := e.c.GetNamespace(ctx, "billing"); err != nil || ns.Placement.Mode != PlacementUnplaced {
+		t.Fatalf("a refused placement changed the namespace: %+v, %v", ns, err)
 	}
 }
 
 func TestResult(t *testing.T) {
+	t.Parallel()
 	done := &Activity{ID: "a", Namespace: "ns", State: StateCompleted, Result: Payload(`{"x":1}`)}
 	out, err := Result[struct{ X int }](done)
 	if err != nil || out.X != 1 {
@@ -344,9 +585,13 @@ func TestResult(t *testing.T) {
 	if v, err := Result[*int](&Activity{State: StateCompleted}); err != nil || v != nil {
 		t.Fatalf("empty result: %v %v", v, err)
 	}
+	if _, err := Result[int](nil); err == nil {
+		t.Fatal("nil activity decoded")
+	}
 }
 
 func TestParseState(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]State{
 		"running": StateRunning, "TIMED_OUT": StateTimedOut, "timed-out": StateTimedOut,
 		"ACTIVITY_STATE_COMPLETED": StateCompleted, "": "",
@@ -369,25 +614,24 @@ func TestParseState(t *testing.T) {
 	}
 }
 
-func TestActivityConversionAndJSON(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := &aionv1.Activity{
-		Id: "a", Namespace: "ns", TaskQueue: "default", ActivityType: "echo", Payload: []byte(`{"hello":"world"}`),
-		State: aionv1.ActivityState_ACTIVITY_STATE_FAILED, Attempt: 2,
-		Failure:                &aionv1.Failure{Type: "worker_lost", Message: "gone", Retryable: true},
-		ScheduleToStartTimeout: durationpb.New(time.Minute), StartToCloseTimeout: durationpb.New(90 * time.Second),
-		RetryPolicy:   &aionv1.RetryPolicy{MaximumAttempts: 2, BackoffCoefficient: 2, InitialInterval: durationpb.New(time.Second)},
-		ScheduledTime: timestamppb.New(now),
-		Attempts: []*aionv1.Attempt{
-			{Number: 1, WorkerId: 9, StartedTime: timestamppb.New(now), Outcome: aionv1.AttemptOutcome_ATTEMPT_OUTCOME_FAILED,
-				Failure: &aionv1.Failure{Type: "error", Message: "x", Retryable: true}},
-		},
-		LastHeartbeatDetails: []byte{0xff, 0x00},
+// TestActivityJSON checks the stable JSON form of an activity as the real
+// server reports it, and the edges a server may produce for other SDKs
+// (non-JSON heartbeat details).
+func TestActivityJSON(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"j"}, ActivityTypes: []string{"echo"}})
+	h, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "j", ID: "a", ActivityType: "echo", StartToCloseTimeout: 90 * time.Second,
+		RetryPolicy: &RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 2}}, map[string]string{"hello": "world"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	a := activityFromProto(p)
-	if a.State != StateFailed || a.Failure.Type != "worker_lost" || a.StartToCloseTimeout != 90*time.Second ||
-		a.HeartbeatTimeout != 0 || !a.StartedTime.IsZero() || a.Attempts[0].Outcome != OutcomeFailed || a.RetryPolicy.MaximumAttempts != 2 {
-		t.Fatalf("activity = %+v", a)
+	w.Fail(w.Task(), &aionv1.Failure{Type: "flaky", Message: "x", Retryable: true})
+	w.Complete(w.Task(), []byte(`{"hello":"world"}`))
+	a, err := h.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -395,22 +639,30 @@ func TestActivityConversionAndJSON(t *testing.T) {
 	}
 	s := string(b)
 	for _, want := range []string{
-		`"payload":{"hello":"world"}`, `"state":"failed"`, `"start_to_close_timeout":"1m30s"`,
-		`"scheduled_time":"2026-01-02T03:04:05Z"`, `"failure":{"type":"worker_lost","message":"gone","retryable":true}`,
-		`"last_heartbeat_details":"/wA="`, `"initial_interval":"1s"`, `"outcome":"failed"`,
+		`"id":"a"`, `"payload":{"hello":"world"}`, `"result":{"hello":"world"}`, `"state":"completed"`, `"attempt":2`,
+		`"start_to_close_timeout":"1m30s"`, `"initial_interval":"1ms"`, `"maximum_attempts":2`,
+		`"outcome":"failed","failure":{"type":"flaky","message":"x","retryable":true}`, `"outcome":"completed"`,
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("JSON lacks %s:\n%s", want, s)
 		}
 	}
-	for _, absent := range []string{`"started_time"`, `"heartbeat_timeout"`, `"result"`} {
-		if strings.Contains(strings.ReplaceAll(s, `"attempts":[{`, ""), absent+`:null`) {
-			t.Errorf("JSON has %s", absent)
-		}
+	if strings.Contains(s, `"heartbeat_timeout"`) || strings.Contains(s, `"failure":null`) {
+		t.Errorf("JSON has an unset field:\n%s", s)
+	}
+	if !strings.Contains(s, `"scheduled_time":"`+a.ScheduledTime.UTC().Format(time.RFC3339Nano)+`"`) {
+		t.Errorf("JSON lacks the scheduled time in UTC:\n%s", s)
+	}
+
+	// Details another SDK wrote in some other encoding come out as base64.
+	odd := activityFromProto(&aionv1.Activity{Id: "x", LastHeartbeatDetails: []byte{0xff, 0x00}})
+	if b, err := json.Marshal(odd); err != nil || !strings.Contains(string(b), `"last_heartbeat_details":"/wA="`) {
+		t.Errorf("non-JSON details: %s, %v", b, err)
 	}
 }
 
 func TestPayloadJSON(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p    Payload
 		want string
@@ -432,6 +684,7 @@ func TestPayloadJSON(t *testing.T) {
 }
 
 func TestDialValidates(t *testing.T) {
+	t.Parallel()
 	if _, err := Dial(context.Background(), ""); err == nil {
 		t.Error("empty address accepted")
 	}
@@ -443,6 +696,12 @@ func TestDialValidates(t *testing.T) {
 	c, err := Dial(context.Background(), "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Nothing listens there: the first call reports Unavailable.
+	callCtx, cancelCall := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelCall()
+	if _, err := c.Get(callCtx, "ns", "a"); status.Code(err) != codes.Unavailable {
+		t.Errorf("call to a closed port: %v, want Unavailable", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -207,33 +207,34 @@ func (r *runner) payload(sent time.Time) []byte {
 	return p
 }
 
-// schedule sends every activity from Concurrency goroutines, paced by Rate.
+// schedule sends every activity from Concurrency goroutines. With a Rate,
+// call k is due at start + k·Batch/Rate (an open-loop load: a slow server
+// does not slow the offered rate down, late calls go out at once).
 func (r *runner) schedule(ctx context.Context, client aionv1.ActivityServiceClient) {
-	per := max(r.o.Batch, 1)
-	var pace <-chan time.Time
+	per := int64(max(r.o.Batch, 1))
+	var interval time.Duration
 	if r.o.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) * float64(per) / r.o.Rate))
-		defer t.Stop()
-		pace = t.C
+		interval = time.Duration(float64(time.Second) * float64(per) / r.o.Rate)
 	}
+	start := time.Now()
+	var calls atomic.Int64
 	var wg sync.WaitGroup
 	for range r.o.Concurrency {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if pace != nil {
-					select {
-					case <-pace:
-					case <-ctx.Done():
-						return
+				n := r.claim(per)
+				if n <= 0 {
+					return
+				}
+				if interval > 0 {
+					due := start.Add(time.Duration(calls.Add(1)-1) * interval)
+					if d := time.Until(due); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-ctx.Done():
+							return
+						}
 					}
-				}
-				n := min(int64(per), r.total-r.scheduled.Load())
-				if n <= 0 {
-					return
-				}
-				n = r.claim(n)
-				if n <= 0 {
-					return
 				}
 				if err := r.send(ctx, client, int(n)); err != nil {
 					r.errors.Add(n)

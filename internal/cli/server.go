@@ -29,13 +29,14 @@ type serverFlags struct {
 	heartbeatWindow time.Duration
 	autoCreate      string
 	sqliteSync      string
+	pprof           bool
 }
 
 // config checks the flags and builds the server configuration.
 func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
-	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev = f.drainTimeout, f.heartbeatWindow, dev
+	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
 	ac, err := namespace.ParseAutoCreate(f.autoCreate)
 	if err != nil {
 		return cfg, fmt.Errorf("--auto-create: %w", err)
@@ -105,6 +106,8 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "auto-create", "AION_AUTO_CREATE")
 	fl.StringVar(&f.sqliteSync, "sqlite-sync", defaults.SQLiteSync, "SQLite synchronous mode: full (durable on power loss) or normal")
 	bindEnv(fl, "sqlite-sync", "AION_SQLITE_SYNC")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address")
+	bindEnv(fl, "pprof", "AION_PPROF")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := f.config(dev)

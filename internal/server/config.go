@@ -26,6 +26,8 @@ type Config struct {
 	SQLiteSync string
 	// Dev marks the embedded developer server (authorization off).
 	Dev bool
+	// Pprof serves Go profiles under /debug/pprof/ on the HTTP address.
+	Pprof bool
 }
 
 // Defaults returns the configuration `aion server` starts from.
