@@ -169,6 +169,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", s.metrics.Handler())
+	s.routeAPI(mux)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -246,6 +247,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 stop:
+	s.bus.Close() // ends Watch streams and event-stream requests
 	s.connsMu.Lock()
 	for _, c := range s.conns {
 		c.end(status.Error(codes.Unavailable, "server is shutting down"))
@@ -264,7 +266,6 @@ stop:
 	herr := s.http.Shutdown(hctx)
 	s.stopBG()
 	s.bg.Wait()
-	s.bus.Close()
 	s.eng.Close()
 	return errors.Join(herr, s.st.Close())
 }

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/events"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxJSONBody bounds a JSON request body.
+const maxJSONBody = 8 << 20
+
+// The JSON API under /api/v1/ mirrors the gRPC services for curl and the
+// console. Each handler decodes into the gRPC request message, calls the
+// same service method the gRPC server calls, and encodes the response with
+// protojson, so the two can never disagree.
+func (s *Server) routeAPI(mux *http.ServeMux) {
+	acts := &activityService{s: s}
+	nss := &namespaceService{s: s}
+	cluster := &clusterService{s: s}
+
+	mux.HandleFunc("GET /api/v1/namespaces", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return nss.List(ctx, &aionv1.ListNamespacesRequest{})
+		})
+	})
+	mux.HandleFunc("POST /api/v1/namespaces", func(w http.ResponseWriter, r *http.Request) {
+		var req aionv1.CreateNamespaceRequest
+		respondBody(w, r, &req, func(ctx context.Context) (proto.Message, error) { return nss.Create(ctx, &req) })
+	})
+	mux.HandleFunc("GET /api/v1/namespaces/{name}", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return nss.Get(ctx, &aionv1.GetNamespaceRequest{Name: r.PathValue("name")})
+		})
+	})
+	mux.HandleFunc("PUT /api/v1/namespaces/{name}/placement", func(w http.ResponseWriter, r *http.Request) {
+		var p aionv1.Placement
+		respondBody(w, r, &p, func(ctx context.Context) (proto.Message, error) {
+			return nss.SetPlacement(ctx, &aionv1.SetPlacementRequest{Name: r.PathValue("name"), Placement: &p})
+		})
+	})
+	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return cluster.ListWorkers(ctx, &aionv1.ListWorkersRequest{Namespace: r.URL.Query().Get("namespace")})
+		})
+	})
+	mux.HandleFunc("POST /api/v1/workers/{id}/drain", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "worker_id: %q is not a worker id", r.PathValue("id"))
+			}
+			return cluster.DrainWorker(ctx, &aionv1.DrainWorkerRequest{WorkerId: id})
+		})
+	})
+	mux.HandleFunc("GET /api/v1/activities", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			q := r.URL.Query()
+			req := &aionv1.ListActivitiesRequest{Namespace: q.Get("namespace"), ActivityType: q.Get("type"), PageToken: q.Get("page_token")}
+			if v := q.Get("state"); v != "" {
+				st, ok := aionv1.ActivityState_value["ACTIVITY_STATE_"+upper(v)]
+				if !ok {
+					return nil, status.Errorf(codes.InvalidArgument, "state: %q is not an activity state", v)
+				}
+				req.State = aionv1.ActivityState(st)
+			}
+			if v := q.Get("page_size"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, status.Errorf(codes.InvalidArgument, "page_size: %q is not a number", v)
+				}
+				req.PageSize = int32(n)
+			}
+			return acts.List(ctx, req)
+		})
+	})
+	mux.HandleFunc("POST /api/v1/activities", func(w http.ResponseWriter, r *http.Request) {
+		var req aionv1.ScheduleRequest
+		respondBody(w, r, &req, func(ctx context.Context) (proto.Message, error) { return acts.Schedule(ctx, &req) })
+	})
+	mux.HandleFunc("GET /api/v1/activities/{namespace}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return acts.Get(ctx, &aionv1.GetActivityRequest{Namespace: r.PathValue("namespace"), Id: r.PathValue("id")})
+		})
+	})
+	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}
+
+var jsonOut = protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true}
+
+func respond(w http.ResponseWriter, r *http.Request, call func(context.Context) (proto.Message, error)) {
+	msg, err := call(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	b, err := jsonOut.Marshal(msg)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// respondBody decodes the JSON body into req, then calls.
+func respondBody(w http.ResponseWriter, r *http.Request, req proto.Message, call func(context.Context) (proto.Message, error)) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		writeError(w, status.Errorf(codes.InvalidArgument, "body: %v", err))
+		return
+	}
+	if len(body) > maxJSONBody {
+		writeError(w, status.Errorf(codes.ResourceExhausted, "body: more than %d bytes", maxJSONBody))
+		return
+	}
+	if err := protojson.Unmarshal(body, req); err != nil {
+		writeError(w, status.Errorf(codes.InvalidArgument, "body: %v", err))
+		return
+	}
+	respond(w, r, call)
+}
+
+var httpStatus = map[codes.Code]int{
+	codes.InvalidArgument:    http.StatusBadRequest,
+	codes.NotFound:           http.StatusNotFound,
+	codes.AlreadyExists:      http.StatusConflict,
+	codes.PermissionDenied:   http.StatusForbidden,
+	codes.Unauthenticated:    http.StatusUnauthorized,
+	codes.FailedPrecondition: http.StatusPreconditionFailed,
+	codes.ResourceExhausted:  http.StatusTooManyRequests,
+	codes.Unavailable:        http.StatusServiceUnavailable,
+	codes.DeadlineExceeded:   http.StatusGatewayTimeout,
+	codes.Canceled:           499,
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	st := status.Convert(toStatus(err))
+	code, ok := httpStatus[st.Code()]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": st.Code().String(), "message": st.Message()})
+}
+
+// serveEvents streams the cluster events as Server-Sent Events: first a
+// snapshot, then every delta, each as protojson of a ClusterEvent with the
+// sequence as the SSE id and the kind as the SSE event name.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, status.Error(codes.Internal, "streaming unsupported"))
+		return
+	}
+	snap, sub := s.bus.Subscribe(watchBuffer)
+	defer sub.Close()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	send := func(kind string, e *aionv1.ClusterEvent) error {
+		b, err := jsonOut.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.GetSequence(), kind, b); err != nil {
+			return err
+		}
+		flusher.Flush()
+		return nil
+	}
+	if send("snapshot", snapshotToProto(snap, s)) != nil {
+		return
+	}
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	next := make(chan events.Event)
+	fail := make(chan error, 1)
+	go func() {
+		for {
+			e, err := sub.Next(r.Context())
+			if err != nil {
+				fail <- err
+				return
+			}
+			select {
+			case next <- e:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case e := <-next:
+			if send(string(e.Kind), eventToProto(e, s)) != nil {
+				return
+			}
+		case err := <-fail:
+			if errors.Is(err, events.ErrSlow) {
+				fmt.Fprintf(w, "event: error\ndata: {\"code\":\"ResourceExhausted\",\"message\":%q}\n\n", err.Error()+"; reconnect for a fresh snapshot")
+				flusher.Flush()
+			}
+			return
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
