@@ -60,7 +60,8 @@ type app struct {
 	token    string
 	output   string
 	timeout  time.Duration
-	logLevel string
+	logLevel  string
+	logFormat string
 
 	// dialClient connects the client commands; tests replace it.
 	dialClient func(ctx context.Context) (*client.Client, error)
@@ -150,6 +151,9 @@ defaults.`,
 			if _, err := parseLevel(a.logLevel); err != nil {
 				return err
 			}
+			if a.logFormat != "text" && a.logFormat != "json" {
+				return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
+			}
 			return nil
 		},
 	}
@@ -169,6 +173,8 @@ defaults.`,
 	bindEnv(pf, "timeout", "AION_TIMEOUT")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bindEnv(pf, "log-level", "AION_LOG_LEVEL")
+	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
+	bindEnv(pf, "log-format", "AION_LOG_FORMAT")
 
 	root.AddCommand(
 		a.serverCommand(false),
@@ -228,7 +234,11 @@ func parseLevel(s string) (slog.Level, error) {
 // logger is the process logger: text on stderr at the chosen level.
 func (a *app) logger() *slog.Logger {
 	l, _ := parseLevel(a.logLevel)
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if a.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, opts))
 }
 
 // unary returns a context bounded by --timeout for one call.

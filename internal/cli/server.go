@@ -108,8 +108,29 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "sqlite-sync", "AION_SQLITE_SYNC")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address")
 	bindEnv(fl, "pprof", "AION_PPROF")
+	var configPath string
+	var print bool
+	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")
+	bindEnv(fl, "config", "AION_CONFIG")
+	fl.BoolVar(&print, "print-config", false, "print the effective settings as a config file and exit")
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if configPath != "" {
+			if err := applyConfigFile(cmd.Flags(), configPath, a.lookupEnv); err != nil {
+				return err
+			}
+			if _, err := parseLevel(a.logLevel); err != nil {
+				return err
+			}
+			if a.logFormat != "text" && a.logFormat != "json" {
+				return fmt.Errorf("log_format %q: want text or json", a.logFormat)
+			}
+		}
+		if print {
+			printConfig(a.stdout, cmd.Flags())
+			_, err := f.config(dev)
+			return err
+		}
 		cfg, err := f.config(dev)
 		if err != nil {
 			return err
