@@ -56,10 +56,10 @@ type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 
-	address  string
-	token    string
-	output   string
-	timeout  time.Duration
+	address   string
+	token     string
+	output    string
+	timeout   time.Duration
 	logLevel  string
 	logFormat string
 
