@@ -18,6 +18,7 @@ type Client struct {
 	conn       *grpc.ClientConn // nil when built with New
 	activities aionv1.ActivityServiceClient
 	namespaces aionv1.NamespaceServiceClient
+	cluster    aionv1.ClusterServiceClient
 }
 
 // Option configures Dial.
@@ -81,6 +82,7 @@ func New(conn grpc.ClientConnInterface) *Client {
 	return &Client{
 		activities: aionv1.NewActivityServiceClient(conn),
 		namespaces: aionv1.NewNamespaceServiceClient(conn),
+		cluster:    aionv1.NewClusterServiceClient(conn),
 	}
 }
 
@@ -99,6 +101,9 @@ func (c *Client) ActivityService() aionv1.ActivityServiceClient { return c.activ
 
 // NamespaceService returns the raw generated gRPC client.
 func (c *Client) NamespaceService() aionv1.NamespaceServiceClient { return c.namespaces }
+
+// ClusterService returns the raw generated gRPC client.
+func (c *Client) ClusterService() aionv1.ClusterServiceClient { return c.cluster }
 
 // bearerToken sends "authorization: Bearer <token>" with every call.
 type bearerToken string

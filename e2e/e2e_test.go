@@ -318,3 +318,31 @@ func TestCLIRefusesBadInputAndChangesNothing(t *testing.T) {
 		t.Fatalf("closed auto-create minted ghost: %v", err)
 	}
 }
+
+func TestWorkersAndEventsCommands(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	events := start(t, "events", "events", "--address", c.grpc)
+	events.waitLine(regexp.MustCompile(`snapshot: 0 workers`), 30*time.Second)
+	w, id := c.worker("w", "--namespace", "ops", "--node", "n7", "--slots", "3")
+	events.waitLine(regexp.MustCompile(fmt.Sprintf(`worker %d connected: namespaces=ops task_queue=default node=n7 slots=3`, id)), 10*time.Second)
+
+	out, code := c.cli("workers", "list", "--output", "json")
+	var ws []client.Worker
+	if code != 0 || json.Unmarshal([]byte(out), &ws) != nil || len(ws) != 1 || ws[0].ID != id || ws[0].Node != "n7" || ws[0].Slots != 3 {
+		t.Fatalf("workers list: exit %d, %s", code, out)
+	}
+	if out, code := c.cli("workers", "drain", fmt.Sprint(id)); code != 0 || !strings.Contains(out, "draining") {
+		t.Fatalf("workers drain: exit %d, %s", code, out)
+	}
+	events.waitLine(regexp.MustCompile(fmt.Sprintf(`worker %d draining`, id)), 10*time.Second)
+	events.waitLine(regexp.MustCompile(fmt.Sprintf(`worker %d disconnected: reason=drained`, id)), 10*time.Second)
+	// An operator's drain retires the worker: the process exits cleanly
+	// instead of reconnecting as a new worker.
+	if code := w.exit(10 * time.Second); code != 0 {
+		t.Fatalf("drained worker exited %d", code)
+	}
+	if out, code := c.cli("workers", "drain", "999"); code == 0 || !strings.Contains(out, "999") {
+		t.Fatalf("draining an unknown worker: exit %d, %s", code, out)
+	}
+}

@@ -21,6 +21,7 @@ const (
 	endFatal                     // registration refused or protocol error: Run returns it
 	endStopped                   // clean close after Run's ctx was canceled
 	endDrained                   // clean close after the server's DrainRequest
+	endRetired                   // clean close after an operator's drain
 	endGaveUp                    // a stopping worker ran out of time for acknowledgements
 )
 
@@ -53,9 +54,10 @@ func fatal(err error) bool {
 // unacknowledged 10s after the stop timeout.
 //
 // When the server sends DrainRequest the worker does the same (handlers are
-// canceled at the request's deadline) and then reconnects with backoff,
-// since the server is usually restarting; with Options.ExitOnDrain it
-// returns nil instead.
+// canceled at the request's deadline). If the server is shutting down it then
+// reconnects with backoff, since the server is usually restarting (with
+// Options.ExitOnDrain it returns nil instead); if an operator drained this
+// worker, Run returns nil: the worker is retired.
 //
 // Handlers must honour their context: Run does not return while one is
 // still running, so that no goroutine outlives it.
@@ -115,6 +117,9 @@ func (w *Worker) loop(ctx context.Context, wc aionv1.WorkerServiceClient) error 
 			return err
 		case endGaveUp:
 			return err
+		case endRetired:
+			w.log.Info("aion worker drained by an operator; exiting")
+			return nil
 		case endDrained:
 			if w.opts.ExitOnDrain {
 				w.log.Info("aion worker drained by the server; exiting")
@@ -251,6 +256,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 		finalC        <-chan time.Time
 		draining      bool // no new work is coming: stopping or DrainRequest
 		serverDrain   bool
+		retire        bool // the drain came from an operator: do not come back
 		closing       bool // CloseSend queued
 		nonce         uint64
 	)
@@ -306,6 +312,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 					w.log.Info("aion worker: server asked to drain", "deadline", d)
 				}
 				draining, serverDrain = true, true
+				retire = m.GetDrainRequest().GetReason() == aionv1.DrainReason_DRAIN_REASON_OPERATOR
 				if !d.IsZero() && drainTimerC == nil {
 					t := time.NewTimer(time.Until(d))
 					defer t.Stop()
@@ -316,7 +323,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 		case err := <-recvErr:
 			if closing && w.idle() {
 				if serverDrain && !w.isStopping() {
-					return endDrained, true, nil
+					return drainEnd(retire), true, nil
 				}
 				return endStopped, true, nil
 			}
@@ -366,7 +373,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 			// The server did not end the stream after CloseSend; we are done
 			// with it anyway.
 			if serverDrain && !w.isStopping() {
-				return endDrained, true, nil
+				return drainEnd(retire), true, nil
 			}
 			return endStopped, true, nil
 
@@ -408,6 +415,14 @@ func pingInterval(ack *aionv1.RegisterAck) time.Duration {
 		return max(d/3, 10*time.Millisecond)
 	}
 	return 5 * time.Second
+}
+
+// drainEnd is how a session ends after a server's drain request.
+func drainEnd(retire bool) sessionEnd {
+	if retire {
+		return endRetired
+	}
+	return endDrained
 }
 
 // handle applies one server frame after registration. For a DrainRequest it

@@ -6,26 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/aion-run/aion/client"
-	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/server"
 	"github.com/aion-run/aion/worker"
@@ -271,148 +261,6 @@ func TestNamespacePlaceFlagsAreExclusive(t *testing.T) {
 		if code != exitError || !strings.Contains(stderr, tc.want) || inv.dialed {
 			t.Errorf("%v: code %d dialed %v stderr %q, want %q", tc.args, code, inv.dialed, stderr, tc.want)
 		}
-	}
-	// Exactly one mode reaches the server.
-	for _, args := range [][]string{{"--unplaced"}, {"--prefer", "a,b"}, {"--pinned", "a", "--pinned", "b"}} {
-		inv := &invocation{}
-		code, _, stderr := inv.run(t, append([]string{"namespace", "place", "ns"}, args...)...)
-		if code != exitError || !inv.dialed || !strings.Contains(stderr, errNoServer.Error()) {
-			t.Errorf("%v: code %d dialed %v stderr %q", args, code, inv.dialed, stderr)
-		}
-	}
-}
-
-// fakeAPI is an in-memory ActivityService and NamespaceService.
-type fakeAPI struct {
-	aionv1.UnimplementedActivityServiceServer
-	mu        sync.Mutex
-	scheduled []*aionv1.ScheduleRequest
-	state     aionv1.ActivityState
-}
-
-func (f *fakeAPI) Schedule(_ context.Context, r *aionv1.ScheduleRequest) (*aionv1.ScheduleResponse, error) {
-	f.mu.Lock()
-	f.scheduled = append(f.scheduled, r)
-	f.mu.Unlock()
-	return &aionv1.ScheduleResponse{Activity: &aionv1.Activity{Id: "id-1", Namespace: r.GetNamespace(),
-		ActivityType: r.GetActivityType(), Payload: r.GetPayload(), State: aionv1.ActivityState_ACTIVITY_STATE_SCHEDULED}}, nil
-}
-
-func (f *fakeAPI) Wait(_ context.Context, r *aionv1.WaitRequest) (*aionv1.WaitResponse, error) {
-	act := &aionv1.Activity{Id: r.GetId(), Namespace: r.GetNamespace(), State: f.state, Attempt: 1}
-	switch f.state {
-	case aionv1.ActivityState_ACTIVITY_STATE_COMPLETED:
-		act.Result = []byte(`{"ok":true}`)
-	default:
-		act.Failure = &aionv1.Failure{Type: "boom", Message: "it broke"}
-	}
-	return &aionv1.WaitResponse{Activity: act}, nil
-}
-
-type fakeNamespaces struct {
-	aionv1.UnimplementedNamespaceServiceServer
-	placed *aionv1.SetPlacementRequest
-}
-
-func (f *fakeNamespaces) SetPlacement(_ context.Context, r *aionv1.SetPlacementRequest) (*aionv1.SetPlacementResponse, error) {
-	f.placed = r
-	if r.GetName() == "missing" {
-		return nil, status.Error(codes.NotFound, `namespace "missing" not found`)
-	}
-	return &aionv1.SetPlacementResponse{Namespace: &aionv1.Namespace{Name: r.GetName(), Placement: r.GetPlacement()}}, nil
-}
-
-func startAPI(t *testing.T, api *fakeAPI, ns *fakeNamespaces) func(*app) (*client.Client, error) {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	aionv1.RegisterActivityServiceServer(srv, api)
-	aionv1.RegisterNamespaceServiceServer(srv, ns)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return func(*app) (*client.Client, error) {
-		return client.Dial(context.Background(), "passthrough:///bufnet", client.WithDialOptions(
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials())))
-	}
-}
-
-func TestScheduleBuildsTheRequestFromFlags(t *testing.T) {
-	api := &fakeAPI{}
-	inv := &invocation{dial: startAPI(t, api, &fakeNamespaces{}), stdin: `{"from": "stdin"}`}
-	code, stdout, stderr := inv.run(t, "activity", "schedule", "-n", "ns", "-q", "gpu", "-t", "render", "--input", "-",
-		"--id", "r1", "--node", "gpu-a", "--schedule-to-start", "1s", "--start-to-close", "2s", "--schedule-to-close", "3s",
-		"--heartbeat-timeout", "4s", "--max-attempts", "3", "--initial-interval", "100ms", "--backoff", "1.5",
-		"--max-interval", "5s", "--non-retryable", "a,b", "--non-retryable", "c")
-	if code != exitOK {
-		t.Fatalf("code %d: %s", code, stderr)
-	}
-	want := &aionv1.ScheduleRequest{Namespace: "ns", Id: "r1", TaskQueue: "gpu", ActivityType: "render", Node: "gpu-a",
-		Payload:                []byte(`{"from": "stdin"}`),
-		ScheduleToStartTimeout: durationpb.New(time.Second), StartToCloseTimeout: durationpb.New(2 * time.Second),
-		ScheduleToCloseTimeout: durationpb.New(3 * time.Second), HeartbeatTimeout: durationpb.New(4 * time.Second),
-		RetryPolicy: &aionv1.RetryPolicy{MaximumAttempts: 3, InitialInterval: durationpb.New(100 * time.Millisecond),
-			BackoffCoefficient: 1.5, MaximumInterval: durationpb.New(5 * time.Second), NonRetryableErrorTypes: []string{"a", "b", "c"}},
-	}
-	if len(api.scheduled) != 1 || !proto.Equal(api.scheduled[0], want) {
-		t.Fatalf("request = %v\nwant %v", api.scheduled, want)
-	}
-	if !strings.Contains(stdout, "scheduled activity id-1 in namespace ns") {
-		t.Fatalf("stdout = %q", stdout)
-	}
-
-	// Without retry flags the policy is left to the server.
-	inv = &invocation{dial: startAPI(t, api, &fakeNamespaces{})}
-	if code, _, stderr := inv.run(t, "activity", "schedule", "-n", "ns", "-t", "echo", "--input", "{}"); code != exitOK {
-		t.Fatalf("code %d: %s", code, stderr)
-	}
-	if api.scheduled[1].GetRetryPolicy() != nil || api.scheduled[1].GetScheduleToStartTimeout() != nil {
-		t.Fatalf("request = %v", api.scheduled[1])
-	}
-}
-
-func TestScheduleWaitExitCodes(t *testing.T) {
-	for _, tc := range []struct {
-		state aionv1.ActivityState
-		code  int
-		out   string
-	}{
-		{aionv1.ActivityState_ACTIVITY_STATE_COMPLETED, exitOK, `"result": {`},
-		{aionv1.ActivityState_ACTIVITY_STATE_FAILED, exitNotCompleted, `"type": "boom"`},
-		{aionv1.ActivityState_ACTIVITY_STATE_TIMED_OUT, exitNotCompleted, `"state": "timed_out"`},
-	} {
-		api := &fakeAPI{state: tc.state}
-		inv := &invocation{dial: startAPI(t, api, &fakeNamespaces{})}
-		code, stdout, stderr := inv.run(t, "activity", "schedule", "-n", "ns", "-t", "echo", "--input", `{"a":1}`, "--wait", "-o", "json")
-		if code != tc.code || !strings.Contains(stdout, tc.out) {
-			t.Errorf("%v: code %d stdout %s stderr %s", tc.state, code, stdout, stderr)
-		}
-		var v map[string]any
-		if err := json.Unmarshal([]byte(stdout), &v); err != nil {
-			t.Errorf("%v: stdout is not one JSON document: %v", tc.state, err)
-		}
-		code, stdout, _ = (&invocation{dial: startAPI(t, api, &fakeNamespaces{})}).run(t, "activity", "wait", "id-1", "-n", "ns")
-		if code != tc.code || !strings.Contains(stdout, "id:") {
-			t.Errorf("wait %v: code %d stdout %s", tc.state, code, stdout)
-		}
-	}
-}
-
-func TestNamespacePlaceSendsThePlacement(t *testing.T) {
-	ns := &fakeNamespaces{}
-	dial := startAPI(t, &fakeAPI{}, ns)
-	code, stdout, stderr := (&invocation{dial: dial}).run(t, "namespace", "place", "vision", "--pinned", "gpu-a,gpu-b")
-	if code != exitOK || !strings.Contains(stdout, "pinned{gpu-a,gpu-b}") {
-		t.Fatalf("code %d stdout %q stderr %q", code, stdout, stderr)
-	}
-	want := &aionv1.SetPlacementRequest{Name: "vision", Placement: &aionv1.Placement{
-		Mode: aionv1.PlacementMode_PLACEMENT_MODE_PINNED, Nodes: []string{"gpu-a", "gpu-b"}}}
-	if !proto.Equal(ns.placed, want) {
-		t.Fatalf("request = %v", ns.placed)
-	}
-	code, _, stderr = (&invocation{dial: dial}).run(t, "namespace", "place", "missing", "--unplaced")
-	if code != exitError || !strings.Contains(stderr, "(NotFound)") || strings.Contains(stderr, "rpc error") {
-		t.Fatalf("code %d stderr %q", code, stderr)
 	}
 }
 

@@ -183,6 +183,8 @@ defaults.`,
 		a.activityCommand(),
 		a.namespaceCommand(),
 		a.benchCommand(),
+		a.workersCommand(),
+		a.eventsCommand(),
 	)
 	return root
 }

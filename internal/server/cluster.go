@@ -215,17 +215,25 @@ func (s *Server) poolStats() []events.Pool {
 	return out
 }
 
-// publishPoolStats publishes a pool-stats event every interval.
+// publishPoolStats samples the pools every interval and publishes the
+// sample when it differs from the last one published (a waiting backlog
+// ages, so it is published every interval; an idle cluster is quiet).
 func (s *Server) publishPoolStats(ctx context.Context, every time.Duration) {
 	defer s.bg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var last []events.Pool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.bus.Publish(events.Event{Kind: events.PoolStatsUpdated, Pools: s.poolStats()})
+			pools := s.poolStats()
+			if slices.Equal(pools, last) {
+				continue
+			}
+			last = pools
+			s.bus.Publish(events.Event{Kind: events.PoolStatsUpdated, Pools: pools})
 		}
 	}
 }

@@ -51,6 +51,7 @@ type conn struct {
 	lastSeen      atomic.Int64 // unix nanos of the last frame received
 	leaving       atomic.Bool  // the worker announced its own drain
 	drainDeadline func() time.Time
+	shuttingDown  func() bool
 	kill          chan error // the sweeper or shutdown ends the stream
 }
 
@@ -65,8 +66,12 @@ func (c *conn) RequestDrain() {
 	if c.leaving.Load() {
 		return // it asked to leave; no need to tell it
 	}
+	reason := aionv1.DrainReason_DRAIN_REASON_OPERATOR
+	if c.shuttingDown() {
+		reason = aionv1.DrainReason_DRAIN_REASON_SERVER_SHUTDOWN
+	}
 	c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_DrainRequest{
-		DrainRequest: &aionv1.DrainRequest{Deadline: ts(c.drainDeadline())}}})
+		DrainRequest: &aionv1.DrainRequest{Deadline: ts(c.drainDeadline()), Reason: reason}}})
 }
 
 func (c *conn) SendTask(t engine.Task) error { return c.push(taskToProto(t)) }
@@ -151,6 +156,7 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		wake:          make(chan struct{}, 1),
 		kill:          make(chan error, 1),
 		drainDeadline: s.drainDeadline,
+		shuttingDown:  s.shuttingDown.Load,
 	}
 	if p, ok := peer.FromContext(stream.Context()); ok {
 		c.peer = p.Addr.String()

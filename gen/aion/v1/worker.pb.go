@@ -29,6 +29,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DrainReason says why the server drains a worker.
+type DrainReason int32
+
+const (
+	// Not given (an older server): treat as DRAIN_REASON_SERVER_SHUTDOWN.
+	DrainReason_DRAIN_REASON_UNSPECIFIED DrainReason = 0
+	// The server is shutting down, usually to restart: reconnect later.
+	DrainReason_DRAIN_REASON_SERVER_SHUTDOWN DrainReason = 1
+	// An operator drained this worker: finish and leave, do not reconnect.
+	DrainReason_DRAIN_REASON_OPERATOR DrainReason = 2
+)
+
+// Enum value maps for DrainReason.
+var (
+	DrainReason_name = map[int32]string{
+		0: "DRAIN_REASON_UNSPECIFIED",
+		1: "DRAIN_REASON_SERVER_SHUTDOWN",
+		2: "DRAIN_REASON_OPERATOR",
+	}
+	DrainReason_value = map[string]int32{
+		"DRAIN_REASON_UNSPECIFIED":     0,
+		"DRAIN_REASON_SERVER_SHUTDOWN": 1,
+		"DRAIN_REASON_OPERATOR":        2,
+	}
+)
+
+func (x DrainReason) Enum() *DrainReason {
+	p := new(DrainReason)
+	*p = x
+	return p
+}
+
+func (x DrainReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DrainReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_aion_v1_worker_proto_enumTypes[0].Descriptor()
+}
+
+func (DrainReason) Type() protoreflect.EnumType {
+	return &file_aion_v1_worker_proto_enumTypes[0]
+}
+
+func (x DrainReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DrainReason.Descriptor instead.
+func (DrainReason) EnumDescriptor() ([]byte, []int) {
+	return file_aion_v1_worker_proto_rawDescGZIP(), []int{0}
+}
+
 // WorkerMessage is one frame from a worker to the server.
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1391,7 +1444,9 @@ func (x *Pong) GetNonce() uint64 {
 type DrainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Time after which unfinished attempts are abandoned and retried elsewhere.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Why the worker is drained, so it knows whether to come back.
+	Reason        DrainReason `protobuf:"varint,2,opt,name=reason,proto3,enum=aion.v1.DrainReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1431,6 +1486,13 @@ func (x *DrainRequest) GetDeadline() *timestamppb.Timestamp {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *DrainRequest) GetReason() DrainReason {
+	if x != nil {
+		return x.Reason
+	}
+	return DrainReason_DRAIN_REASON_UNSPECIFIED
 }
 
 // Intervention delivers a mid-run command for one attempt; the worker answers with InterventionAck.
@@ -1692,9 +1754,10 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\x10cancel_requested\x18\x04 \x01(\bR\x0fcancelRequested\x12\x18\n" +
 	"\arefused\x18\x05 \x01(\tR\arefused\"\x1c\n" +
 	"\x04Pong\x12\x14\n" +
-	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\"F\n" +
+	"\x05nonce\x18\x01 \x01(\x04R\x05nonce\"t\n" +
 	"\fDrainRequest\x126\n" +
-	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xc8\x01\n" +
+	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12,\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x14.aion.v1.DrainReasonR\x06reason\"\xc8\x01\n" +
 	"\fIntervention\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1707,7 +1770,11 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
 	"activityId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason2N\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason*h\n" +
+	"\vDrainReason\x12\x1c\n" +
+	"\x18DRAIN_REASON_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cDRAIN_REASON_SERVER_SHUTDOWN\x10\x01\x12\x19\n" +
+	"\x15DRAIN_REASON_OPERATOR\x10\x022N\n" +
 	"\rWorkerService\x12=\n" +
 	"\aConnect\x12\x16.aion.v1.WorkerMessage\x1a\x16.aion.v1.ServerMessage(\x010\x01B-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
@@ -1723,67 +1790,70 @@ func file_aion_v1_worker_proto_rawDescGZIP() []byte {
 	return file_aion_v1_worker_proto_rawDescData
 }
 
+var file_aion_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_aion_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_aion_v1_worker_proto_goTypes = []any{
-	(*WorkerMessage)(nil),         // 0: aion.v1.WorkerMessage
-	(*ServerMessage)(nil),         // 1: aion.v1.ServerMessage
-	(*Register)(nil),              // 2: aion.v1.Register
-	(*ActivityResult)(nil),        // 3: aion.v1.ActivityResult
-	(*ActivityCompleted)(nil),     // 4: aion.v1.ActivityCompleted
-	(*ActivityCanceled)(nil),      // 5: aion.v1.ActivityCanceled
-	(*ActivityHeartbeat)(nil),     // 6: aion.v1.ActivityHeartbeat
-	(*Ping)(nil),                  // 7: aion.v1.Ping
-	(*Drain)(nil),                 // 8: aion.v1.Drain
-	(*InterventionAck)(nil),       // 9: aion.v1.InterventionAck
-	(*RegisterAck)(nil),           // 10: aion.v1.RegisterAck
-	(*ActivityTask)(nil),          // 11: aion.v1.ActivityTask
-	(*ResultAck)(nil),             // 12: aion.v1.ResultAck
-	(*HeartbeatAck)(nil),          // 13: aion.v1.HeartbeatAck
-	(*Pong)(nil),                  // 14: aion.v1.Pong
-	(*DrainRequest)(nil),          // 15: aion.v1.DrainRequest
-	(*Intervention)(nil),          // 16: aion.v1.Intervention
-	(*CancelActivity)(nil),        // 17: aion.v1.CancelActivity
-	(InterventionPrimitive)(0),    // 18: aion.v1.InterventionPrimitive
-	(*Failure)(nil),               // 19: aion.v1.Failure
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*InterventionCommand)(nil),   // 22: aion.v1.InterventionCommand
+	(DrainReason)(0),              // 0: aion.v1.DrainReason
+	(*WorkerMessage)(nil),         // 1: aion.v1.WorkerMessage
+	(*ServerMessage)(nil),         // 2: aion.v1.ServerMessage
+	(*Register)(nil),              // 3: aion.v1.Register
+	(*ActivityResult)(nil),        // 4: aion.v1.ActivityResult
+	(*ActivityCompleted)(nil),     // 5: aion.v1.ActivityCompleted
+	(*ActivityCanceled)(nil),      // 6: aion.v1.ActivityCanceled
+	(*ActivityHeartbeat)(nil),     // 7: aion.v1.ActivityHeartbeat
+	(*Ping)(nil),                  // 8: aion.v1.Ping
+	(*Drain)(nil),                 // 9: aion.v1.Drain
+	(*InterventionAck)(nil),       // 10: aion.v1.InterventionAck
+	(*RegisterAck)(nil),           // 11: aion.v1.RegisterAck
+	(*ActivityTask)(nil),          // 12: aion.v1.ActivityTask
+	(*ResultAck)(nil),             // 13: aion.v1.ResultAck
+	(*HeartbeatAck)(nil),          // 14: aion.v1.HeartbeatAck
+	(*Pong)(nil),                  // 15: aion.v1.Pong
+	(*DrainRequest)(nil),          // 16: aion.v1.DrainRequest
+	(*Intervention)(nil),          // 17: aion.v1.Intervention
+	(*CancelActivity)(nil),        // 18: aion.v1.CancelActivity
+	(InterventionPrimitive)(0),    // 19: aion.v1.InterventionPrimitive
+	(*Failure)(nil),               // 20: aion.v1.Failure
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*InterventionCommand)(nil),   // 23: aion.v1.InterventionCommand
 }
 var file_aion_v1_worker_proto_depIdxs = []int32{
-	2,  // 0: aion.v1.WorkerMessage.register:type_name -> aion.v1.Register
-	3,  // 1: aion.v1.WorkerMessage.activity_result:type_name -> aion.v1.ActivityResult
-	6,  // 2: aion.v1.WorkerMessage.activity_heartbeat:type_name -> aion.v1.ActivityHeartbeat
-	7,  // 3: aion.v1.WorkerMessage.ping:type_name -> aion.v1.Ping
-	8,  // 4: aion.v1.WorkerMessage.drain:type_name -> aion.v1.Drain
-	9,  // 5: aion.v1.WorkerMessage.intervention_ack:type_name -> aion.v1.InterventionAck
-	10, // 6: aion.v1.ServerMessage.register_ack:type_name -> aion.v1.RegisterAck
-	11, // 7: aion.v1.ServerMessage.activity_task:type_name -> aion.v1.ActivityTask
-	12, // 8: aion.v1.ServerMessage.result_ack:type_name -> aion.v1.ResultAck
-	13, // 9: aion.v1.ServerMessage.heartbeat_ack:type_name -> aion.v1.HeartbeatAck
-	14, // 10: aion.v1.ServerMessage.pong:type_name -> aion.v1.Pong
-	15, // 11: aion.v1.ServerMessage.drain_request:type_name -> aion.v1.DrainRequest
-	16, // 12: aion.v1.ServerMessage.intervention:type_name -> aion.v1.Intervention
-	17, // 13: aion.v1.ServerMessage.cancel_activity:type_name -> aion.v1.CancelActivity
-	18, // 14: aion.v1.Register.capabilities:type_name -> aion.v1.InterventionPrimitive
-	4,  // 15: aion.v1.ActivityResult.completed:type_name -> aion.v1.ActivityCompleted
-	19, // 16: aion.v1.ActivityResult.failed:type_name -> aion.v1.Failure
-	5,  // 17: aion.v1.ActivityResult.canceled:type_name -> aion.v1.ActivityCanceled
-	20, // 18: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
-	20, // 19: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
-	21, // 20: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
-	21, // 21: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
-	20, // 22: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
-	20, // 23: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
-	21, // 24: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
-	21, // 25: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
-	22, // 26: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
-	0,  // 27: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
-	1,  // 28: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
-	28, // [28:29] is the sub-list for method output_type
-	27, // [27:28] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	3,  // 0: aion.v1.WorkerMessage.register:type_name -> aion.v1.Register
+	4,  // 1: aion.v1.WorkerMessage.activity_result:type_name -> aion.v1.ActivityResult
+	7,  // 2: aion.v1.WorkerMessage.activity_heartbeat:type_name -> aion.v1.ActivityHeartbeat
+	8,  // 3: aion.v1.WorkerMessage.ping:type_name -> aion.v1.Ping
+	9,  // 4: aion.v1.WorkerMessage.drain:type_name -> aion.v1.Drain
+	10, // 5: aion.v1.WorkerMessage.intervention_ack:type_name -> aion.v1.InterventionAck
+	11, // 6: aion.v1.ServerMessage.register_ack:type_name -> aion.v1.RegisterAck
+	12, // 7: aion.v1.ServerMessage.activity_task:type_name -> aion.v1.ActivityTask
+	13, // 8: aion.v1.ServerMessage.result_ack:type_name -> aion.v1.ResultAck
+	14, // 9: aion.v1.ServerMessage.heartbeat_ack:type_name -> aion.v1.HeartbeatAck
+	15, // 10: aion.v1.ServerMessage.pong:type_name -> aion.v1.Pong
+	16, // 11: aion.v1.ServerMessage.drain_request:type_name -> aion.v1.DrainRequest
+	17, // 12: aion.v1.ServerMessage.intervention:type_name -> aion.v1.Intervention
+	18, // 13: aion.v1.ServerMessage.cancel_activity:type_name -> aion.v1.CancelActivity
+	19, // 14: aion.v1.Register.capabilities:type_name -> aion.v1.InterventionPrimitive
+	5,  // 15: aion.v1.ActivityResult.completed:type_name -> aion.v1.ActivityCompleted
+	20, // 16: aion.v1.ActivityResult.failed:type_name -> aion.v1.Failure
+	6,  // 17: aion.v1.ActivityResult.canceled:type_name -> aion.v1.ActivityCanceled
+	21, // 18: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
+	21, // 19: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
+	22, // 20: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
+	22, // 21: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
+	21, // 22: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
+	21, // 23: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
+	22, // 24: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
+	22, // 25: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 26: aion.v1.DrainRequest.reason:type_name -> aion.v1.DrainReason
+	23, // 27: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
+	1,  // 28: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
+	2,  // 29: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
+	29, // [29:30] is the sub-list for method output_type
+	28, // [28:29] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_worker_proto_init() }
@@ -1821,13 +1891,14 @@ func file_aion_v1_worker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_worker_proto_rawDesc), len(file_aion_v1_worker_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_aion_v1_worker_proto_goTypes,
 		DependencyIndexes: file_aion_v1_worker_proto_depIdxs,
+		EnumInfos:         file_aion_v1_worker_proto_enumTypes,
 		MessageInfos:      file_aion_v1_worker_proto_msgTypes,
 	}.Build()
 	File_aion_v1_worker_proto = out.File

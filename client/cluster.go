@@ -1,0 +1,91 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+)
+
+// Worker is a connected worker as the server sees it.
+type Worker struct {
+	ID                uint64    `json:"id"`
+	Namespaces        []string  `json:"namespaces"`
+	TaskQueue         string    `json:"task_queue"`
+	Node              string    `json:"node,omitempty"`
+	ActivityTypes     []string  `json:"activity_types"`
+	Slots             int       `json:"slots"`
+	SlotsInUse        int       `json:"slots_in_use"`
+	Draining          bool      `json:"draining"`
+	Transport         string    `json:"transport"`
+	ConnectedTime     time.Time `json:"connected_time"`
+	LastHeartbeatTime time.Time `json:"last_heartbeat_time"`
+	Peer              string    `json:"peer,omitempty"`
+}
+
+func workerFromProto(w *aionv1.Worker) *Worker {
+	return &Worker{
+		ID:                w.GetId(),
+		Namespaces:        w.GetNamespaces(),
+		TaskQueue:         w.GetTaskQueue(),
+		Node:              w.GetNode(),
+		ActivityTypes:     w.GetActivityTypes(),
+		Slots:             int(w.GetSlots()),
+		SlotsInUse:        int(w.GetSlotsInUse()),
+		Draining:          w.GetState() == aionv1.WorkerState_WORKER_STATE_DRAINING,
+		Transport:         w.GetTransport(),
+		ConnectedTime:     timeFromProto(w.GetConnectedTime()),
+		LastHeartbeatTime: timeFromProto(w.GetLastHeartbeatTime()),
+		Peer:              w.GetPeer(),
+	}
+}
+
+// ListWorkers returns the connected workers, ordered by id; a non-empty
+// namespace keeps only the workers serving it.
+func (c *Client) ListWorkers(ctx context.Context, namespace string) ([]*Worker, error) {
+	resp, err := c.cluster.ListWorkers(ctx, &aionv1.ListWorkersRequest{Namespace: namespace})
+	if err != nil {
+		return nil, rpcError("list workers", err)
+	}
+	out := make([]*Worker, 0, len(resp.GetWorkers()))
+	for _, w := range resp.GetWorkers() {
+		out = append(out, workerFromProto(w))
+	}
+	return out, nil
+}
+
+// DrainWorker asks one worker to finish its work and leave; it gets no new
+// work from now on. The error has code NotFound when it is not connected.
+func (c *Client) DrainWorker(ctx context.Context, id uint64) (*Worker, error) {
+	resp, err := c.cluster.DrainWorker(ctx, &aionv1.DrainWorkerRequest{WorkerId: id})
+	if err != nil {
+		return nil, rpcError(fmt.Sprintf("drain worker %d", id), err)
+	}
+	return workerFromProto(resp.GetWorker()), nil
+}
+
+// Watch yields the cluster's events: first a snapshot, then every change as
+// it happens, until ctx ends or the stream fails (a final non-nil error).
+func (c *Client) Watch(ctx context.Context) iter.Seq2[*aionv1.ClusterEvent, error] {
+	return func(yield func(*aionv1.ClusterEvent, error) bool) {
+		stream, err := c.cluster.Watch(ctx, &aionv1.WatchRequest{})
+		if err != nil {
+			yield(nil, rpcError("watch", err))
+			return
+		}
+		for {
+			e, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() == nil {
+					yield(nil, rpcError("watch", err))
+				}
+				return
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
