@@ -179,13 +179,17 @@ func (e *Engine) failAttemptLocked(a *activity, f *store.Failure, outcome store.
 }
 
 // closeLocked ends the activity without a worker's result (a timeout that
-// is not retried), abandoning a running attempt first.
+// is not retried, a cancellation), abandoning a running attempt first.
 func (e *Engine) closeLocked(a *activity, state store.ActivityState, f *store.Failure, now time.Time) {
 	end := store.EndAttempt{Namespace: a.rec.Namespace, ID: a.rec.ID, StartedAt: a.rec.StartedAt, State: state,
 		ActivityFailure: f, ClosedAt: now, HeartbeatDetails: a.rec.HeartbeatDetails}
 	if a.rec.State == store.StateRunning && a.worker != nil {
-		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeTimedOut, f)
-		e.abandonAttemptLocked(a, f.Type)
+		outcome := store.OutcomeTimedOut
+		if state == store.StateCanceled {
+			outcome = store.OutcomeCanceled
+		}
+		end.Attempt = e.endedAttemptLocked(a, now, outcome, f)
+		e.abandonAttemptLocked(a, f.Message)
 	}
 	e.settleLocked(a, end, nil)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/store/sqlite"
+	"github.com/aion-run/aion/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -170,6 +171,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	})
 	mux.Handle("GET /metrics", s.metrics.Handler())
 	s.routeAPI(mux)
+	web.Mount(mux) // the ops console: "/" and "/assets/"
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -333,7 +333,9 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		s.reg.Drain(w.ID())
 		s.log.Info("worker draining", "worker", w.ID(), "reason", f.Drain.GetReason())
 	case *aionv1.WorkerMessage_InterventionAck:
-		// Interventions are not routed yet; an ack is accepted and ignored.
+		ack := f.InterventionAck
+		s.log.Info("intervention acknowledged", "worker", w.ID(), "namespace", ack.GetNamespace(), "activity", ack.GetActivityId(),
+			"attempt", ack.GetAttempt(), "intervention", ack.GetInterventionId(), "accepted", ack.GetAccepted(), "message", ack.GetMessage())
 	case *aionv1.WorkerMessage_Register:
 		return status.Error(codes.InvalidArgument, "register: sent twice; a stream registers once, as its first frame")
 	default:

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// Cancel closes an activity as canceled. A waiting one is closed at once; a
+// running one is closed too and its worker is sent CancelActivity, so its
+// handler stops; whatever result that worker sends later is refused. It
+// returns once the cancellation is durable. Cancelling a canceled activity
+// returns it unchanged; cancelling one closed otherwise is
+// ErrFailedPrecondition.
+func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, reason string) (View, error) {
+	if err := namespace.Authorize(caller, ns); err != nil {
+		return View{}, fmt.Errorf("cancel activity: %w", err)
+	}
+	k := key{ns, id}
+	e.mu.Lock()
+	a := e.open[k]
+	if a != nil && a.creating != nil {
+		creating := a.creating
+		e.mu.Unlock()
+		select {
+		case <-creating:
+		case <-ctx.Done():
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
+		}
+		e.mu.Lock()
+		a = e.open[k]
+	}
+	var done chan struct{}
+	if a != nil && !a.closing {
+		if reason == "" {
+			reason = "canceled by request"
+		}
+		done = make(chan struct{})
+		a.waiters = append(a.waiters, done)
+		e.unqueueLocked(a)
+		e.closeLocked(a, store.StateCanceled, &store.Failure{Type: "canceled", Message: reason}, e.now())
+	} else if a != nil {
+		done = make(chan struct{})
+		a.waiters = append(a.waiters, done)
+	}
+	e.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
+		}
+	}
+	v, err := e.view(ctx, ns, id)
+	if err != nil {
+		return View{}, err
+	}
+	if st := v.Activity.State; st != store.StateCanceled {
+		return v, fmt.Errorf("cancel activity %q in namespace %q: it is already %s: %w", id, ns, st, ErrFailedPrecondition)
+	}
+	return v, nil
+}
+
+// Owner returns the worker running the given attempt of an activity (0 means
+// the current attempt) and that attempt's number. ok is false when no live
+// worker owns it: the activity is not running, or the attempt moved on.
+func (e *Engine) Owner(caller namespace.Identity, ns, id string, attempt int) (w *registry.Worker, current int, err error) {
+	if err := namespace.Authorize(caller, ns); err != nil {
+		return nil, 0, fmt.Errorf("find the worker of activity %q: %w", id, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a := e.open[key{ns, id}]
+	if a == nil || a.closing || a.worker == nil || (attempt != 0 && attempt != a.rec.Attempt) {
+		return nil, 0, nil
+	}
+	return a.worker, a.rec.Attempt, nil
+}

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/registry"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (*aionv1.CancelResponse, error) {
+	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	if n := len(r.GetReason()); n > 1024 {
+		return nil, status.Errorf(codes.InvalidArgument, "reason: %d bytes, at most 1024 allowed", n)
+	}
+	v, err := a.s.eng.Cancel(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId(), r.GetReason())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.CancelResponse{Activity: activityToProto(v.Activity, v.Attempts)}, nil
+}
+
+// primitiveOf names the capability a command needs, and checks its fields.
+func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
+	switch c := cmd.GetCommand().(type) {
+	case *aionv1.InterventionCommand_InjectMessage:
+		if c.InjectMessage.GetText() == "" {
+			return 0, status.Error(codes.InvalidArgument, "command.inject_message.text: must not be empty")
+		}
+		if n := len(c.InjectMessage.GetText()); n > 64<<10 {
+			return 0, status.Errorf(codes.InvalidArgument, "command.inject_message.text: %d bytes, at most %d allowed", n, 64<<10)
+		}
+		switch c.InjectMessage.GetPriority() {
+		case aionv1.MessagePriority_MESSAGE_PRIORITY_UNSPECIFIED, aionv1.MessagePriority_MESSAGE_PRIORITY_NORMAL,
+			aionv1.MessagePriority_MESSAGE_PRIORITY_INTERRUPT:
+		default:
+			return 0, status.Errorf(codes.InvalidArgument, "command.inject_message.priority: %v is not normal or interrupt", c.InjectMessage.GetPriority())
+		}
+		return registry.CapInjectMessage, nil
+	case *aionv1.InterventionCommand_Cancel:
+		return registry.CapCancel, nil
+	case *aionv1.InterventionCommand_Pause, *aionv1.InterventionCommand_Resume:
+		return registry.CapPauseResume, nil
+	case *aionv1.InterventionCommand_UpdateBudget:
+		if c.UpdateBudget.MaxTokens == nil && c.UpdateBudget.MaxTurns == nil {
+			return 0, status.Error(codes.InvalidArgument, "command.update_budget: set max_tokens, max_turns or both")
+		}
+		return registry.CapUpdateBudget, nil
+	case *aionv1.InterventionCommand_RespondToApproval:
+		if c.RespondToApproval.GetCallId() == "" {
+			return 0, status.Error(codes.InvalidArgument, "command.respond_to_approval.call_id: must not be empty")
+		}
+		return registry.CapRespondToApproval, nil
+	}
+	return 0, status.Error(codes.InvalidArgument, "command: missing; want inject_message, cancel, pause, resume, update_budget or respond_to_approval")
+}
+
+// Intervene routes a command to the worker that owns the activity's current
+// attempt. It reports delivered once the command is on that worker's
+// stream, stale_target when no live worker owns the attempt, and
+// capability_not_supported, without sending anything, when the owner did
+// not advertise the primitive.
+func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequest) (*aionv1.InterveneResponse, error) {
+	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	need, err := primitiveOf(r.GetCommand())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.s.eng.Get(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err) // unknown activity or not the caller's: NotFound / PermissionDenied
+	}
+	w, attempt, err := a.s.eng.Owner(a.s.caller(ctx), r.GetNamespace(), r.GetId(), int(r.GetAttempt()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &aionv1.InterveneResponse{Attempt: uint32(attempt)}
+	if w == nil {
+		out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET
+		return out, nil
+	}
+	if !w.Capabilities().Has(need) {
+		out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_CAPABILITY_NOT_SUPPORTED
+		return out, nil
+	}
+	c, ok := w.Delivery().(*conn)
+	if !ok {
+		out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET
+		return out, nil
+	}
+	out.InterventionId = newInterventionID()
+	err = c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_Intervention{Intervention: &aionv1.Intervention{
+		Namespace: r.GetNamespace(), ActivityId: r.GetId(), Attempt: uint32(attempt),
+		InterventionId: out.InterventionId, Command: r.GetCommand(),
+	}}})
+	if err != nil {
+		out.Outcome, out.InterventionId = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET, ""
+		return out, nil
+	}
+	a.s.log.Info("intervention delivered", "namespace", r.GetNamespace(), "activity", r.GetId(), "attempt", attempt,
+		"worker", w.ID(), "intervention", out.InterventionId, "command", fmt.Sprintf("%T", r.GetCommand().GetCommand()))
+	out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_DELIVERED
+	return out, nil
+}
+
+func newInterventionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
