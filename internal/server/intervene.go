@@ -115,4 +115,3 @@ func newInterventionID() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
-
