@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/namespace"
 )
 
@@ -28,6 +29,28 @@ type Config struct {
 	Dev bool
 	// Pprof serves Go profiles under /debug/pprof/ on the HTTP address.
 	Pprof bool
+	// Auth is how callers are authenticated.
+	Auth AuthConfig
+	// TLSCert and TLSKey, when both set, serve gRPC and HTTP over TLS.
+	TLSCert, TLSKey string
+	// InsecureAllowNoAuth lets a server with auth "none" listen on an
+	// address other than loopback.
+	InsecureAllowNoAuth bool
+}
+
+// AuthConfig selects and configures authentication.
+type AuthConfig struct {
+	// Mode is "none" (every caller is an admin of every namespace), "token"
+	// (API keys) or "jwt".
+	Mode string
+	// Keys are the API keys of mode "token", stored as SHA-256 hashes.
+	Keys []auth.APIKey
+	// JWTSecretFile holds the HS256 secret of mode "jwt".
+	JWTSecretFile string
+	// JWKSFile holds the RS256 public keys of mode "jwt".
+	JWKSFile string
+	// ExpiryGrace is how long a worker stream outlives its token's expiry.
+	ExpiryGrace time.Duration
 }
 
 // Defaults returns the configuration `aion server` starts from.
@@ -40,5 +63,6 @@ func Defaults() Config {
 		DrainTimeout:    30 * time.Second,
 		HeartbeatWindow: 15 * time.Second,
 		SQLiteSync:      "full",
+		Auth:            AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
 	}
 }

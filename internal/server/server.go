@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/metrics"
@@ -28,6 +30,7 @@ import (
 	"github.com/aion-run/aion/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -45,6 +48,7 @@ type Server struct {
 	eng        *engine.Engine
 	bus        *events.Bus
 	metrics    *metrics.Metrics
+	authn      auth.Authenticator
 	maxPayload int
 
 	grpc     *grpc.Server
@@ -80,13 +84,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.SQLiteSync == "" {
 		cfg.SQLiteSync = "full"
 	}
+	if err := checkExposure(cfg); err != nil {
+		return nil, err
+	}
+	authn, err := newAuthenticator(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	path := filepath.Join(cfg.DataDir, "aion.db")
 	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync))
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20,
-		bus: events.New()}
+		bus: events.New(), authn: authn}
 	s.metrics = metrics.New(s.backlog)
 	s.minter = namespace.NewMinter(st, cfg.AutoCreate, func(ns store.Namespace) {
 		s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
@@ -144,12 +159,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
 
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor()),
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor(), s.unaryAuth),
+		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamAuth),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if tlsConfig != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		s.httpLis = tls.NewListener(s.httpLis, tlsConfig)
+	}
+	s.grpc = grpc.NewServer(opts...)
 	aionv1.RegisterWorkerServiceServer(s.grpc, &workerService{s: s})
 	aionv1.RegisterActivityServiceServer(s.grpc, &activityService{s: s})
 	aionv1.RegisterNamespaceServiceServer(s.grpc, &namespaceService{s: s})
@@ -178,7 +198,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.httpAuth(mux), ReadHeaderTimeout: 10 * time.Second}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
@@ -289,12 +309,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Error("listener failed", "err", err)
 	}
 	return errors.Join(err, s.Shutdown(context.Background()))
-}
-
-// caller returns the identity of the caller. Authentication is not in place
-// yet, so every caller is granted every namespace.
-func (s *Server) caller(context.Context) namespace.Identity {
-	return namespace.Anyone("anonymous")
 }
 
 // backlog adapts the engine's backlog for the metrics collector.

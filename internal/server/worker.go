@@ -208,6 +208,16 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		return toStatus(err)
 	}
 	w := tok.Worker()
+	if id, ok := identityFrom(ctx); ok && !id.Expires.IsZero() {
+		// A credential that expires ends the stream a grace period later;
+		// the worker reconnects with a fresh one.
+		at := id.Expires.Add(s.cfg.Auth.ExpiryGrace)
+		expire := time.AfterFunc(time.Until(at), func() {
+			c.end(status.Errorf(codes.Unauthenticated, "the credential of %q expired at %s; reconnect with a fresh one",
+				id.Name, id.Expires.UTC().Format(time.RFC3339)))
+		})
+		defer expire.Stop()
+	}
 	s.track(w.ID(), c)
 	reason := registry.Reason("")
 	defer func() {
@@ -266,13 +276,11 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 			cancel()
 			<-writeErr
 			c.flush()
-			if status.Code(err) == codes.Unavailable && s.shuttingDown.Load() {
-				reason = registry.ReasonDeregistered
-			} else {
-				reason = registry.ReasonTimeout
-			}
-			if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
-				reason = registry.ReasonDeregistered
+			switch code := status.Code(err); {
+			case code == codes.Unavailable && !s.shuttingDown.Load():
+				reason = registry.ReasonTimeout // the sweeper
+			default:
+				reason = registry.ReasonDeregistered // shutdown, overload, expired credential
 			}
 			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", err)
 			return err
