@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
+	osexec "os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "aion")
-	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/aion")
+	build := osexec.Command("go", "build", "-race", "-o", binary, "../cmd/aion")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build aion:", err)
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 type proc struct {
 	t    *testing.T
 	name string
-	cmd  *exec.Cmd
+	cmd  *osexec.Cmd
 	mu   sync.Mutex
 	out  strings.Builder
 	// lines receives each output line for waiters.
@@ -61,7 +61,7 @@ type proc struct {
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, lines: make(chan string, 4096), done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = osexec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), "AION_LOG_LEVEL=info")
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
@@ -212,14 +212,29 @@ func (c *cluster) worker(name string, args ...string) (*proc, uint64) {
 	return p, id
 }
 
+// exec returns a function that runs one aion command to completion and
+// returns its combined output and exit code.
+func exec(args ...string) func() (string, int) {
+	return func() (string, int) {
+		out, err := osexec.Command(binary, args...).CombinedOutput()
+		if ee, ok := err.(*osexec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			return err.Error(), -1
+		}
+		return string(out), 0
+	}
+}
+
 // cli runs one aion command to completion and returns its output and exit code.
 func (c *cluster) cli(args ...string) (string, int) {
 	c.t.Helper()
-	cmd := exec.Command(binary, append([]string{"--address", c.grpc}, args...)...)
+	cmd := osexec.Command(binary, append([]string{"--address", c.grpc}, args...)...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
+		ee, ok := err.(*osexec.ExitError)
 		if !ok {
 			c.t.Fatalf("run aion %v: %v", args, err)
 		}

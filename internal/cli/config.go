@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/aion-run/aion/internal/auth"
 	"github.com/spf13/pflag"
 )
 
@@ -17,29 +18,56 @@ import (
 var configKeys = []string{
 	"grpc-addr", "http-addr", "data-dir", "drain-timeout", "heartbeat-window",
 	"auto-create", "sqlite-sync", "pprof", "log-level", "log-format",
+	"auth", "jwt-secret-file", "jwks-file", "token-expiry-grace", "tls-cert", "tls-key", "insecure-allow-no-auth",
+}
+
+// tokenEntry is one [[tokens]] table: an API key stored as a hash.
+type tokenEntry struct {
+	Name       string   `toml:"name"`
+	SHA256     string   `toml:"sha256"`
+	Namespaces []string `toml:"namespaces"`
+	Roles      []string `toml:"roles"`
 }
 
 // applyConfigFile sets every flag that neither the command line nor its
-// environment variable set from the TOML file at path. Unknown keys and
-// values that do not parse are refused, naming the key.
-func applyConfigFile(fs *pflag.FlagSet, path string, lookupEnv func(string) (string, bool)) error {
+// environment variable set from the TOML file at path, and returns the API
+// keys of its [[tokens]] tables. Unknown keys and values that do not parse
+// are refused, naming the key.
+func applyConfigFile(fs *pflag.FlagSet, path string, lookupEnv func(string) (string, bool)) ([]auth.APIKey, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	var values map[string]any
-	md, err := toml.Decode(string(raw), &values)
-	if err != nil {
-		return fmt.Errorf("--config %s: %w", path, err)
+	if _, err := toml.Decode(string(raw), &values); err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
-	_ = md
+	var file struct {
+		Tokens []tokenEntry `toml:"tokens"`
+	}
+	if _, err := toml.Decode(string(raw), &file); err != nil {
+		return nil, fmt.Errorf("--config %s: tokens: %w", path, err)
+	}
+	delete(values, "tokens")
 	var errs []error
-	keys := make([]string, 0, len(values))
-	for k := range values {
+	var keys []auth.APIKey
+	for i, t := range file.Tokens {
+		k := auth.APIKey{Name: t.Name, SHA256: t.SHA256, Namespaces: t.Namespaces}
+		for _, r := range t.Roles {
+			role, err := auth.ParseRole(r)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--config %s: tokens[%d] (%s).roles: %v", path, i, t.Name, err))
+			}
+			k.Roles = append(k.Roles, role)
+		}
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, key := range names {
 		name := strings.ReplaceAll(key, "_", "-")
 		f := fs.Lookup(name)
 		if f == nil || !slices.Contains(configKeys, name) {
@@ -58,7 +86,7 @@ func applyConfigFile(fs *pflag.FlagSet, path string, lookupEnv func(string) (str
 			errs = append(errs, fmt.Errorf("--config %s: %s = %v: %v", path, key, values[key], err))
 		}
 	}
-	return errors.Join(errs...)
+	return keys, errors.Join(errs...)
 }
 
 func knownKeys() string {
@@ -66,11 +94,11 @@ func knownKeys() string {
 	for i, k := range configKeys {
 		out[i] = strings.ReplaceAll(k, "-", "_")
 	}
-	return strings.Join(out, ", ")
+	return strings.Join(out, ", ") + ", [[tokens]]"
 }
 
 // printConfig writes the effective settings as a config file.
-func printConfig(w io.Writer, fs *pflag.FlagSet) {
+func printConfig(w io.Writer, fs *pflag.FlagSet, tokens []auth.APIKey) {
 	fmt.Fprintln(w, "# effective aion server settings (flags > environment > config file > defaults)")
 	for _, name := range configKeys {
 		f := fs.Lookup(name)
@@ -83,5 +111,17 @@ func printConfig(w io.Writer, fs *pflag.FlagSet) {
 		} else {
 			fmt.Fprintf(w, "%s = %q\n", key, f.Value.String())
 		}
+	}
+	for _, t := range tokens {
+		roles := make([]string, len(t.Roles))
+		for i, r := range t.Roles {
+			roles[i] = fmt.Sprintf("%q", r)
+		}
+		nss := make([]string, len(t.Namespaces))
+		for i, ns := range t.Namespaces {
+			nss[i] = fmt.Sprintf("%q", ns)
+		}
+		fmt.Fprintf(w, "\n[[tokens]]\nname = %q\nsha256 = %q\nnamespaces = [%s]\nroles = [%s]\n",
+			t.Name, t.SHA256, strings.Join(nss, ", "), strings.Join(roles, ", "))
 	}
 }

@@ -19,7 +19,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/aion-run/aion/client"
@@ -62,6 +64,7 @@ type app struct {
 	timeout   time.Duration
 	logLevel  string
 	logFormat string
+	tlsCA     string
 
 	// dialClient connects the client commands; tests replace it.
 	dialClient func(ctx context.Context) (*client.Client, error)
@@ -99,6 +102,13 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (s
 		var opts []client.Option
 		if a.token != "" {
 			opts = append(opts, client.WithToken(a.token))
+		}
+		creds, err := a.transport()
+		if err != nil {
+			return nil, err
+		}
+		if creds != nil {
+			opts = append(opts, client.WithDialOptions(grpc.WithTransportCredentials(creds)))
 		}
 		return client.Dial(ctx, a.address, opts...)
 	}
@@ -167,6 +177,8 @@ defaults.`,
 	bindEnv(pf, "address", "AION_ADDRESS")
 	pf.StringVar(&a.token, "token", "", "bearer token sent as \"authorization: Bearer <token>\"")
 	bindEnv(pf, "token", "AION_TOKEN")
+	pf.StringVar(&a.tlsCA, "tls-ca", "", "PEM file of the CA that signed the server's certificate; set it to connect over TLS")
+	bindEnv(pf, "tls-ca", "AION_TLS_CA")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	bindEnv(pf, "output", "AION_OUTPUT")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of each unary call to the server")
@@ -185,6 +197,7 @@ defaults.`,
 		a.benchCommand(),
 		a.workersCommand(),
 		a.eventsCommand(),
+		a.tokenCommand(),
 	)
 	return root
 }
@@ -231,6 +244,18 @@ func parseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// transport returns TLS credentials when --tls-ca is set, else nil (plain).
+func (a *app) transport() (credentials.TransportCredentials, error) {
+	if a.tlsCA == "" {
+		return nil, nil
+	}
+	creds, err := credentials.NewClientTLSFromFile(a.tlsCA, "")
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	return creds, nil
 }
 
 // logger is the process logger: text on stderr at the chosen level.

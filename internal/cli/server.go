@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/server"
 )
@@ -30,6 +31,14 @@ type serverFlags struct {
 	autoCreate      string
 	sqliteSync      string
 	pprof           bool
+	auth            string
+	jwtSecretFile   string
+	jwksFile        string
+	expiryGrace     time.Duration
+	tlsCert         string
+	tlsKey          string
+	insecureNoAuth  bool
+	tokens          []auth.APIKey
 }
 
 // config checks the flags and builds the server configuration.
@@ -37,6 +46,16 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
 	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
+	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile, ExpiryGrace: f.expiryGrace}
+	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
+	switch f.auth {
+	case "none", "token", "jwt":
+	default:
+		return cfg, fmt.Errorf("--auth %q: want none, token or jwt", f.auth)
+	}
+	if dev && f.auth != "none" {
+		return cfg, fmt.Errorf("--auth %q: aion dev always runs with authorization off; use aion server", f.auth)
+	}
 	ac, err := namespace.ParseAutoCreate(f.autoCreate)
 	if err != nil {
 		return cfg, fmt.Errorf("--auto-create: %w", err)
@@ -108,6 +127,20 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "sqlite-sync", "AION_SQLITE_SYNC")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address")
 	bindEnv(fl, "pprof", "AION_PPROF")
+	fl.StringVar(&f.auth, "auth", defaults.Auth.Mode, "authentication: none, token (API keys from [[tokens]] in --config) or jwt")
+	bindEnv(fl, "auth", "AION_AUTH")
+	fl.StringVar(&f.jwtSecretFile, "jwt-secret-file", "", "file holding the HS256 secret for --auth jwt")
+	bindEnv(fl, "jwt-secret-file", "AION_JWT_SECRET_FILE")
+	fl.StringVar(&f.jwksFile, "jwks-file", "", "JWKS file with the RS256 public keys for --auth jwt")
+	bindEnv(fl, "jwks-file", "AION_JWKS_FILE")
+	fl.DurationVar(&f.expiryGrace, "token-expiry-grace", defaults.Auth.ExpiryGrace, "how long a worker stream outlives its credential's expiry")
+	bindEnv(fl, "token-expiry-grace", "AION_TOKEN_EXPIRY_GRACE")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve gRPC and HTTP over TLS (with --tls-key)")
+	bindEnv(fl, "tls-cert", "AION_TLS_CERT")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	bindEnv(fl, "tls-key", "AION_TLS_KEY")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-allow-no-auth", false, "allow --auth none on an address other than loopback")
+	bindEnv(fl, "insecure-allow-no-auth", "AION_INSECURE_ALLOW_NO_AUTH")
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")
@@ -116,9 +149,11 @@ namespace. Do not expose it beyond your machine.`
 
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if configPath != "" {
-			if err := applyConfigFile(cmd.Flags(), configPath, a.lookupEnv); err != nil {
+			tokens, err := applyConfigFile(cmd.Flags(), configPath, a.lookupEnv)
+			if err != nil {
 				return err
 			}
+			f.tokens = tokens
 			if _, err := parseLevel(a.logLevel); err != nil {
 				return err
 			}
@@ -127,7 +162,7 @@ namespace. Do not expose it beyond your machine.`
 			}
 		}
 		if print {
-			printConfig(a.stdout, cmd.Flags())
+			printConfig(a.stdout, cmd.Flags(), f.tokens)
 			_, err := f.config(dev)
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/aion-run/aion/worker"
 )
@@ -74,7 +75,16 @@ it to drain it finishes its work and reconnects (or exits with
 				return fmt.Errorf("--slots %d: must be at least 1", f.slots)
 			}
 			log := a.logger()
+			creds, err := a.transport()
+			if err != nil {
+				return err
+			}
+			var dial []grpc.DialOption
+			if creds != nil {
+				dial = append(dial, grpc.WithTransportCredentials(creds))
+			}
 			w, err := worker.New(a.address, worker.Options{
+				DialOptions: dial,
 				Namespaces:  f.namespaces,
 				TaskQueue:   f.taskQueue,
 				Node:        f.node,
