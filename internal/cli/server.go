@@ -38,6 +38,8 @@ type serverFlags struct {
 	tlsCert         string
 	tlsKey          string
 	insecureNoAuth  bool
+	maxPending      int
+	maxInFlight     int
 	tokens          []auth.APIKey
 }
 
@@ -48,6 +50,10 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
 	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
+	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
+	if f.maxPending < 0 || f.maxInFlight < 0 {
+		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
+	}
 	switch f.auth {
 	case "none", "token", "jwt":
 	default:
@@ -141,6 +147,10 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "tls-key", "AION_TLS_KEY")
 	fl.BoolVar(&f.insecureNoAuth, "insecure-allow-no-auth", false, "allow --auth none on an address other than loopback")
 	bindEnv(fl, "insecure-allow-no-auth", "AION_INSECURE_ALLOW_NO_AUTH")
+	fl.IntVar(&f.maxPending, "max-pending-per-namespace", 0, "cap on a namespace's activities not yet closed; Schedule past it is refused (0: none)")
+	bindEnv(fl, "max-pending-per-namespace", "AION_MAX_PENDING_PER_NAMESPACE")
+	fl.IntVar(&f.maxInFlight, "max-in-flight-per-namespace", 0, "cap on a namespace's running attempts; more wait in the queue (0: none)")
+	bindEnv(fl, "max-in-flight-per-namespace", "AION_MAX_IN_FLIGHT_PER_NAMESPACE")
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")

@@ -118,6 +118,9 @@ func (e *Engine) dispatchLocked(q *queue) {
 			q.pop() // timed out or cancelled while waiting
 			continue
 		}
+		if e.maxRunning > 0 && e.running[q.triple.Pool.Namespace] >= e.maxRunning {
+			return // the namespace is at its in-flight cap; a finishing attempt re-runs this
+		}
 		w, ok := e.reg.Select(q.triple, q.match)
 		if !ok {
 			return
@@ -140,6 +143,18 @@ func (e *Engine) unqueueLocked(a *activity) {
 	if a.queued != nil {
 		a.queued.live--
 		a.queued = nil
+	}
+}
+
+// dispatchNamespaceLocked re-runs dispatch for every queue of a namespace.
+func (e *Engine) dispatchNamespaceLocked(ns string) {
+	for t, p := range e.queues {
+		if t.Pool.Namespace != ns {
+			continue
+		}
+		for _, q := range p.byPin {
+			e.dispatchLocked(q)
+		}
 	}
 }
 
@@ -169,6 +184,7 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 		a.rec.StartedAt = now
 	}
 	a.worker = w
+	e.running[a.rec.Namespace]++
 	a.attemptStartedAt = now
 	a.lastHeartbeat = now
 	e.obs.Started(a.rec.Namespace, now.Sub(a.readyAt))

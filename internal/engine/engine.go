@@ -84,6 +84,13 @@ type Config struct {
 	CommitterOptions store.CommitterOptions
 	// Observer is told about lifecycle steps, for metrics; nil for none.
 	Observer Observer
+	// MaxPendingPerNamespace caps the activities of one namespace that are
+	// not closed yet; Schedule past it fails with ErrResourceExhausted. 0
+	// means no cap.
+	MaxPendingPerNamespace int
+	// MaxInFlightPerNamespace caps the attempts of one namespace running at
+	// once; more wait in their queues. 0 means no cap.
+	MaxInFlightPerNamespace int
 }
 
 // Observer is told about activity lifecycle steps. Its methods run under the
@@ -151,6 +158,8 @@ type Engine struct {
 	log        *slog.Logger
 	now        func() time.Time
 	obs        Observer
+	maxPending int
+	maxRunning int
 
 	mu         sync.Mutex
 	open       map[key]*activity
@@ -158,8 +167,12 @@ type Engine struct {
 	inflight   map[registry.WorkerID]map[key]*activity
 	zombies    map[registry.WorkerID]map[attemptRef]struct{}
 	placements map[string]store.Placement
-	timers     timerHeap
-	closed     bool
+	// pending and running count open activities and running attempts per
+	// namespace, for the caps; entries are deleted at zero.
+	pending map[string]int
+	running map[string]int
+	timers  timerHeap
+	closed  bool
 
 	timerWake chan struct{}
 	stop      chan struct{}
@@ -196,6 +209,10 @@ func New(cfg Config) *Engine {
 		log:        cfg.Log,
 		now:        cfg.Now,
 		obs:        cfg.Observer,
+		maxPending: cfg.MaxPendingPerNamespace,
+		maxRunning: cfg.MaxInFlightPerNamespace,
+		pending:    make(map[string]int),
+		running:    make(map[string]int),
 		open:       make(map[key]*activity),
 		queues:     make(map[registry.Triple]*pool),
 		inflight:   make(map[registry.WorkerID]map[key]*activity),
@@ -317,6 +334,23 @@ func (e *Engine) NoteNamespace(ns store.Namespace) {
 			q.match = matchFor(q.pin, e.placements[ns.Name])
 			e.dispatchLocked(q)
 		}
+	}
+}
+
+// addOpenLocked and dropOpenLocked keep the per-namespace open count.
+func (e *Engine) addOpenLocked(a *activity) {
+	e.open[a.key()] = a
+	e.pending[a.rec.Namespace]++
+}
+
+func (e *Engine) dropOpenLocked(a *activity) {
+	k := a.key()
+	if e.open[k] != a {
+		return
+	}
+	delete(e.open, k)
+	if e.pending[k.ns]--; e.pending[k.ns] <= 0 {
+		delete(e.pending, k.ns)
 	}
 }
 

@@ -29,7 +29,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		// the activity scheduled: it simply runs again.
 		rec.State = store.StateScheduled
 		a := &activity{rec: rec}
-		e.open[a.key()] = a
+		e.addOpenLocked(a)
 		if t := rec.Timeouts.ScheduleToClose; t > 0 {
 			e.armLocked(rec.ScheduledAt.Add(t), a.key(), 0, timerScheduleToClose)
 		}

@@ -113,7 +113,8 @@ func (e *Engine) endedAttemptLocked(a *activity, now time.Time, outcome store.At
 		StartedAt: a.attemptStartedAt, EndedAt: now, Outcome: outcome, Failure: f}
 }
 
-// leaveWorkerLocked detaches the running attempt from its worker.
+// leaveWorkerLocked detaches the running attempt from its worker. If its
+// namespace was at its in-flight cap, the namespace's queues run again.
 func (e *Engine) leaveWorkerLocked(a *activity) {
 	w := a.worker
 	if m := e.inflight[w.ID()]; m != nil {
@@ -123,6 +124,14 @@ func (e *Engine) leaveWorkerLocked(a *activity) {
 		}
 	}
 	a.worker = nil
+	ns := a.rec.Namespace
+	atCap := e.maxRunning > 0 && e.running[ns] >= e.maxRunning
+	if e.running[ns]--; e.running[ns] <= 0 {
+		delete(e.running, ns)
+	}
+	if atCap {
+		e.dispatchNamespaceLocked(ns)
+	}
 }
 
 // abandonAttemptLocked gives up on the running attempt while its worker may
@@ -261,9 +270,7 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if terminal {
-			if e.open[k] == a {
-				delete(e.open, k)
-			}
+			e.dropOpenLocked(a)
 			a.wakeWaiters()
 		} else if e.open[k] == a && !a.closing && a.rec.State == store.StateScheduled && a.rec.Attempt == attempt && !e.closed {
 			if now := e.now(); end.ReadyAt.After(now) {

@@ -110,8 +110,14 @@ func (e *Engine) reserve(s *slot) {
 		close(s.done)
 		return
 	}
+	if e.maxPending > 0 && e.pending[k.ns] >= e.maxPending {
+		s.res.Err = fmt.Errorf("schedule: namespace %q has %d activities not yet closed, its cap: %w",
+			k.ns, e.pending[k.ns], ErrResourceExhausted)
+		close(s.done)
+		return
+	}
 	a := &activity{rec: s.rec, creating: make(chan struct{})}
-	e.open[k] = a
+	e.addOpenLocked(a)
 	e.commit.Submit(store.InsertActivity{Activity: s.rec}, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -121,12 +127,12 @@ func (e *Engine) reserve(s *slot) {
 		defer close(creating)
 		switch {
 		case err != nil:
-			delete(e.open, k)
+			e.dropOpenLocked(a)
 			s.res.Err = fmt.Errorf("schedule activity %q in namespace %q: %w", k.id, k.ns, err)
 		case !created:
 			// The id belongs to an activity closed before this server
 			// started; it is in the store only.
-			delete(e.open, k)
+			e.dropOpenLocked(a)
 			s.lookup = true
 		default:
 			s.res.Activity = a.rec

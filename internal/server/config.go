@@ -33,6 +33,12 @@ type Config struct {
 	Auth AuthConfig
 	// TLSCert and TLSKey, when both set, serve gRPC and HTTP over TLS.
 	TLSCert, TLSKey string
+	// MaxPendingPerNamespace caps a namespace's activities not yet closed
+	// (Schedule past it is ResourceExhausted); 0 means no cap.
+	MaxPendingPerNamespace int
+	// MaxInFlightPerNamespace caps a namespace's running attempts (more
+	// wait in their queue); 0 means no cap.
+	MaxInFlightPerNamespace int
 	// InsecureAllowNoAuth lets a server with auth "none" listen on an
 	// address other than loopback.
 	InsecureAllowNoAuth bool

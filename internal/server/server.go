@@ -123,14 +123,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		NamespaceWorkers: s.metrics.NamespaceWorkers,
 	}})
 	s.eng = engine.New(engine.Config{
-		Store:            st,
-		Registry:         s.reg,
-		Minter:           s.minter,
-		Defaults:         engine.DefaultDefaults(),
-		MaxPayload:       s.maxPayload,
-		Log:              log,
-		Observer:         s.metrics,
-		CommitterOptions: store.CommitterOptions{Observe: s.metrics.Commit},
+		Store:                   st,
+		Registry:                s.reg,
+		Minter:                  s.minter,
+		Defaults:                engine.DefaultDefaults(),
+		MaxPayload:              s.maxPayload,
+		Log:                     log,
+		Observer:                s.metrics,
+		MaxPendingPerNamespace:  cfg.MaxPendingPerNamespace,
+		MaxInFlightPerNamespace: cfg.MaxInFlightPerNamespace,
+		CommitterOptions:        store.CommitterOptions{Observe: s.metrics.Commit},
 	})
 	namespaces, err := st.ListNamespaces(ctx)
 	if err != nil {
