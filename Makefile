@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short lint fmt bench generate generate-check clean
+.PHONY: all build test lint fmt bench fuzz generate generate-check clean
 
 all: build
 
@@ -23,6 +23,12 @@ lint:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+## fuzz: each fuzz target for FUZZTIME (its seed corpus also runs in make test).
+FUZZTIME ?= 15s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./internal/name/
+	$(GO) test -run '^$$' -fuzz '^FuzzWorkerFrames$$' -fuzztime $(FUZZTIME) ./internal/server/
 
 ## bench: the registry and store benchmarks, with allocations.
 bench:

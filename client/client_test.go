@@ -207,6 +207,14 @@ func TestErrorsKeepTheServersStatus(t *testing.T) {
 			_, err := e.c.SetPlacement(ctx, "ghost", Prefer("n1"))
 			return err
 		}, codes.NotFound, `set placement of "ghost" to prefer{n1}`, "ghost"},
+		{"cancel an unknown activity", func() error {
+			_, err := e.c.Cancel(ctx, "ns", "missing", "")
+			return err
+		}, codes.NotFound, `cancel activity "missing" in "ns"`, `activity "missing" in namespace "ns"`},
+		{"drain a worker that is not connected", func() error {
+			_, err := e.c.DrainWorker(ctx, 999)
+			return err
+		}, codes.NotFound, "drain worker 999", "worker 999 is not connected"},
 		{"create a badly named namespace", func() error {
 			_, _, err := e.c.CreateNamespace(ctx, "")
 			return err
@@ -408,6 +416,117 @@ func TestWaitRidesOutAServerRestart(t *testing.T) {
 	}
 	if n := e.calls.wait.Load(); n < 2 {
 		t.Fatalf("%d Wait calls, want a retry after the restart", n)
+	}
+}
+
+func TestCancelClosesTheActivityAndStopsItsAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"c"}, ActivityTypes: []string{"run"}})
+
+	// A waiting activity is closed at once.
+	waiting, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "c", ActivityType: "nobody"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := e.c.Cancel(ctx, "c", waiting.ID, "not needed")
+	if err != nil || a.State != StateCanceled || a.Failure == nil || a.Failure.Type != "canceled" || a.Failure.Message != "not needed" {
+		t.Fatalf("Cancel of a waiting activity = %+v, %v", a, err)
+	}
+	// Cancelling again changes nothing.
+	if again, err := e.c.Cancel(ctx, "c", waiting.ID, "twice"); err != nil || again.State != StateCanceled || again.Failure.Message != "not needed" {
+		t.Fatalf("second Cancel = %+v, %v", again, err)
+	}
+
+	// A running one is closed too, and its worker told to stop; its late
+	// result is refused.
+	running, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "c", ActivityType: "run"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := w.Task()
+	if a, err = e.c.Cancel(ctx, "c", running.ID, "operator"); err != nil || a.State != StateCanceled {
+		t.Fatalf("Cancel of a running activity = %+v, %v", a, err)
+	}
+	if len(a.Attempts) != 1 || a.Attempts[0].Outcome != OutcomeCanceled {
+		t.Fatalf("attempts after Cancel = %+v", a.Attempts)
+	}
+	stop := w.Frame("CancelActivity", func(m *aionv1.ServerMessage) bool { return m.GetCancelActivity() != nil }).GetCancelActivity()
+	if stop.GetActivityId() != running.ID || stop.GetAttempt() != 1 || stop.GetReason() != "operator" {
+		t.Fatalf("CancelActivity = %v", stop)
+	}
+	if ack := w.Complete(task, []byte(`"late"`)); ack.GetRefused() == "" {
+		t.Fatal("a result after the cancellation was accepted")
+	}
+	if _, err := WaitResult[string](ctx, e.c, "c", running.ID); !errors.As(err, new(*ActivityError)) {
+		t.Fatalf("WaitResult of a canceled activity = %v, want an *ActivityError", err)
+	}
+
+	// A completed activity cannot be canceled.
+	done, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "c", ActivityType: "run"}, Payload(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Complete(w.Task(), []byte(`1`))
+	if _, err := e.c.Wait(ctx, "c", done.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Cancel(ctx, "c", done.ID, ""); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Cancel of a completed activity = %v, want FailedPrecondition", err)
+	}
+}
+
+func TestClusterCallsListDrainAndWatchWorkers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	x := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"x"}, TaskQueue: "q", Node: "n1", ActivityTypes: []string{"t"}, Slots: 2})
+	y := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"y"}, ActivityTypes: []string{"t"}})
+
+	all, err := e.c.ListWorkers(ctx, "")
+	if err != nil || len(all) != 2 || all[0].ID != x.ID || all[1].ID != y.ID {
+		t.Fatalf("ListWorkers = %+v, %v; want workers %d and %d", all, err, x.ID, y.ID)
+	}
+	only, err := e.c.ListWorkers(ctx, "x")
+	if err != nil || len(only) != 1 {
+		t.Fatalf("ListWorkers(x) = %+v, %v", only, err)
+	}
+	if w := only[0]; w.ID != x.ID || strings.Join(w.Namespaces, ",") != "x" || w.TaskQueue != "q" || w.Node != "n1" ||
+		w.Slots != 2 || w.Draining || w.Transport != "grpc" || w.ConnectedTime.IsZero() || w.Peer == "" {
+		t.Fatalf("worker = %+v", w)
+	}
+
+	w, err := e.c.DrainWorker(ctx, x.ID)
+	if err != nil || w.ID != x.ID || !w.Draining {
+		t.Fatalf("DrainWorker = %+v, %v", w, err)
+	}
+	x.Frame("DrainRequest", func(m *aionv1.ServerMessage) bool { return m.GetDrainRequest() != nil })
+
+	// Watch starts with the topology, then streams each change.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	created := false
+	for ev, err := range e.c.Watch(wctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := ev.GetSnapshot(); s != nil {
+			if len(s.GetWorkers()) != 2 {
+				t.Fatalf("snapshot workers = %v", s.GetWorkers())
+			}
+			if _, _, err := e.c.CreateNamespace(ctx, "fresh"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if ev.GetNamespaceCreated().GetNamespace().GetName() == "fresh" {
+			created = true
+			break
+		}
+	}
+	if !created {
+		t.Fatal("Watch ended without the namespace_created event")
 	}
 }
 

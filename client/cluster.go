@@ -70,6 +70,10 @@ func (c *Client) DrainWorker(ctx context.Context, id uint64) (*Worker, error) {
 // it happens, until ctx ends or the stream fails (a final non-nil error).
 func (c *Client) Watch(ctx context.Context) iter.Seq2[*aionv1.ClusterEvent, error] {
 	return func(yield func(*aionv1.ClusterEvent, error) bool) {
+		// Ending the stream when the loop stops early frees the server's
+		// subscription at once.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		stream, err := c.cluster.Watch(ctx, &aionv1.WatchRequest{})
 		if err != nil {
 			yield(nil, rpcError("watch", err))

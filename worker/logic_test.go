@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 )
 
@@ -22,6 +25,7 @@ func testLogger() *slog.Logger {
 }
 
 func TestBackoffStaysWithinBounds(t *testing.T) {
+	t.Parallel()
 	for _, r := range []float64{0, 0.5, 0.999999} {
 		b := newBackoff(100*time.Millisecond, 2*time.Second)
 		b.rand = func() float64 { return r }
@@ -48,6 +52,7 @@ func TestBackoffStaysWithinBounds(t *testing.T) {
 }
 
 func TestBackoffHandlesHugeBounds(t *testing.T) {
+	t.Parallel()
 	b := newBackoff(time.Hour, 1<<62)
 	for range 200 {
 		if d := b.next(); d < time.Hour || d > 1<<62 {
@@ -65,6 +70,7 @@ type lowerError struct{}
 func (lowerError) Error() string { return "lower" }
 
 func TestErrorType(t *testing.T) {
+	t.Parallel()
 	_, pathErr := os.Open("/definitely/not/here")
 	for _, tc := range []struct {
 		err  error
@@ -87,6 +93,7 @@ func TestErrorType(t *testing.T) {
 }
 
 func TestToFailure(t *testing.T) {
+	t.Parallel()
 	f := toFailure(NonRetryable(errors.New("boom")))
 	if f.GetType() != "error" || f.GetRetryable() || f.GetMessage() != "boom" {
 		t.Errorf("non-retryable plain: %v", f)
@@ -123,6 +130,7 @@ func TestToFailure(t *testing.T) {
 }
 
 func TestBuildResult(t *testing.T) {
+	t.Parallel()
 	k := attemptKey{"ns", "a", 2}
 	live := context.Background()
 	canceled := func(cause error) context.Context {
@@ -157,6 +165,7 @@ func result(id string, attempt uint32) *aionv1.ActivityResult {
 }
 
 func TestResultBookKeepsOrderUntilAcked(t *testing.T) {
+	t.Parallel()
 	var b resultBook
 	if len(b.unacked()) != 0 || b.len() != 0 {
 		t.Fatal("empty book not empty")
@@ -211,6 +220,7 @@ func (r *recordingStream) Send(m *aionv1.WorkerMessage) error {
 func (r *recordingStream) CloseSend() error { r.closed++; return nil }
 
 func TestOutboxSendsInOrderThenCloses(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	s := &recordingStream{}
 	for i := range 5 {
@@ -234,6 +244,7 @@ func TestOutboxSendsInOrderThenCloses(t *testing.T) {
 }
 
 func TestOutboxStopsOnSendError(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	s := &recordingStream{failAfter: 1}
 	o.push(&aionv1.WorkerMessage{})
@@ -247,6 +258,7 @@ func TestOutboxStopsOnSendError(t *testing.T) {
 }
 
 func TestNewValidatesOptions(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		addr string
 		opts Options
@@ -272,6 +284,7 @@ func TestNewValidatesOptions(t *testing.T) {
 }
 
 func TestRegisterActivityPanicsOnMisuse(t *testing.T) {
+	t.Parallel()
 	w, _ := New("x:1", Options{Namespaces: []string{"a"}})
 	fn := func(context.Context, int) (int, error) { return 0, nil }
 	RegisterActivity(w, "t", fn)
@@ -292,6 +305,7 @@ func TestRegisterActivityPanicsOnMisuse(t *testing.T) {
 }
 
 func TestHelpersOutsideAHandler(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	RecordHeartbeat(ctx, 1) // no-op, no panic
 	if (Info(ctx) != ActivityInfo{}) {
@@ -299,5 +313,32 @@ func TestHelpersOutsideAHandler(t *testing.T) {
 	}
 	if _, err := HeartbeatDetails[int](ctx); err == nil {
 		t.Error("HeartbeatDetails outside a handler = nil error")
+	}
+}
+
+// TestOnlyRefusalsEndRun covers the codes the real server cannot produce
+// yet (it has no authentication) along with the ones it does: a refusal
+// ends Run, anything else is retried.
+func TestOnlyRefusalsEndRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err   error
+		fatal bool
+	}{
+		{status.Error(codes.InvalidArgument, ""), true},
+		{status.Error(codes.PermissionDenied, ""), true},
+		{status.Error(codes.Unauthenticated, ""), true},
+		{status.Error(codes.NotFound, ""), true},
+		{status.Error(codes.FailedPrecondition, ""), true},
+		{status.Error(codes.Unimplemented, ""), true},
+		{status.Error(codes.Unavailable, ""), false},
+		{status.Error(codes.Internal, ""), false},
+		{status.Error(codes.DeadlineExceeded, ""), false},
+		{status.Error(codes.ResourceExhausted, ""), false},
+		{errors.New("connection reset"), false},
+	} {
+		if got := fatal(tc.err); got != tc.fatal {
+			t.Errorf("fatal(%v) = %v, want %v", tc.err, got, tc.fatal)
+		}
 	}
 }

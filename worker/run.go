@@ -417,6 +417,23 @@ func pingInterval(ack *aionv1.RegisterAck) time.Duration {
 	return 5 * time.Second
 }
 
+// declineTask answers a task that arrived while stopping with a retryable
+// worker_stopping failure, kept until acknowledged like any result. If the
+// stream is already half-closed it is dropped: the server fails the attempt
+// as worker_lost when the stream ends, and retries it.
+func (w *Worker) declineTask(out *outbox, t *aionv1.ActivityTask) {
+	res := &aionv1.ActivityResult{Namespace: t.GetNamespace(), ActivityId: t.GetActivityId(), Attempt: t.GetAttempt(),
+		Outcome: &aionv1.ActivityResult_Failed{Failed: &aionv1.Failure{Type: "worker_stopping", Retryable: true,
+			Message: "the worker was stopping when the task arrived"}}}
+	w.mu.Lock()
+	if out.push(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityResult{ActivityResult: res}}) {
+		w.book.add(res)
+	}
+	w.mu.Unlock()
+	w.log.Info("aion worker: task declined while stopping", "namespace", t.GetNamespace(), "activity", t.GetActivityId(),
+		"attempt", t.GetAttempt())
+}
+
 // drainEnd is how a session ends after a server's drain request.
 func drainEnd(retire bool) sessionEnd {
 	if retire {
@@ -432,6 +449,12 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 	case *aionv1.ServerMessage_ActivityTask:
 		w.log.Debug("aion worker: task", "namespace", f.ActivityTask.GetNamespace(), "activity_id", f.ActivityTask.GetActivityId(),
 			"attempt", f.ActivityTask.GetAttempt(), "type", f.ActivityTask.GetActivityType())
+		if w.isStopping() {
+			// The server sent it before it saw our Drain: hand it back at
+			// once rather than start work while stopping.
+			w.declineTask(out, f.ActivityTask)
+			return deadline, false
+		}
 		w.startAttempt(f.ActivityTask)
 
 	case *aionv1.ServerMessage_ResultAck:

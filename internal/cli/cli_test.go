@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,16 +24,16 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// errNoServer stops a client command at dial time in tests that only look
-// at flags.
+// errNoServer stops a client command at dial time, in tests of what the
+// command line resolves before it talks to a server (the commands against a
+// real server are in e2e_test.go).
 var errNoServer = errors.New("test: no server")
 
-// invocation is one run of the command line in a test.
+// invocation is one run of the command line that records what it would
+// dial, and what server configuration it would run, instead of doing so.
 type invocation struct {
 	env   map[string]string
 	stdin string
-	// dial replaces the client dialer; nil records the address and fails.
-	dial func(a *app) (*client.Client, error)
 	// serve replaces server.Run.
 	serve serverRunner
 
@@ -52,9 +53,6 @@ func (inv *invocation) run(t *testing.T, args ...string) (code int, stdout, stde
 	a := newApp(strings.NewReader(inv.stdin), &out, &errOut, lookup)
 	a.dialClient = func(context.Context) (*client.Client, error) {
 		inv.dialed, inv.address, inv.token, inv.timeout = true, a.address, a.token, a.timeout
-		if inv.dial != nil {
-			return inv.dial(a)
-		}
 		return nil, errNoServer
 	}
 	if inv.serve != nil {
@@ -70,6 +68,7 @@ func (inv *invocation) run(t *testing.T, args ...string) (code int, stdout, stde
 }
 
 func TestGlobalFlagEnvPrecedence(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		env         map[string]string
@@ -101,6 +100,7 @@ func TestGlobalFlagEnvPrecedence(t *testing.T) {
 }
 
 func TestBadEnvAndOutputAreRefused(t *testing.T) {
+	t.Parallel()
 	inv := &invocation{env: map[string]string{"AION_TIMEOUT": "soon"}}
 	code, _, stderr := inv.run(t, "namespace", "list")
 	if code != exitError || !strings.Contains(stderr, "AION_TIMEOUT") || inv.dialed {
@@ -114,6 +114,7 @@ func TestBadEnvAndOutputAreRefused(t *testing.T) {
 }
 
 func TestServerConfigPrecedence(t *testing.T) {
+	t.Parallel()
 	def := server.Defaults()
 	for _, tc := range []struct {
 		name string
@@ -152,7 +153,7 @@ func TestServerConfigPrecedence(t *testing.T) {
 			}
 			want := def
 			tc.want(&want)
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("config = %+v\nwant     %+v", got, want)
 			}
 		})
@@ -160,6 +161,7 @@ func TestServerConfigPrecedence(t *testing.T) {
 }
 
 func TestServerFlagsAreChecked(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
@@ -181,6 +183,7 @@ func TestServerFlagsAreChecked(t *testing.T) {
 }
 
 func TestReadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
 	bad := filepath.Join(dir, "bad.json")
@@ -226,6 +229,7 @@ func TestReadInput(t *testing.T) {
 }
 
 func TestScheduleRefusesBadInputBeforeAnyRPC(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--namespace", "ns", "--type", "echo", "--input", "{nope"},
 		{"--namespace", "ns", "--type", "echo", "--input", "-"}, // stdin is not JSON
@@ -244,6 +248,7 @@ func TestScheduleRefusesBadInputBeforeAnyRPC(t *testing.T) {
 }
 
 func TestNamespacePlaceFlagsAreExclusive(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -265,6 +270,7 @@ func TestNamespacePlaceFlagsAreExclusive(t *testing.T) {
 }
 
 func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
+	t.Parallel()
 	a := newApp(strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}, func(string) (string, bool) { return "", false })
 	stack := []*cobra.Command{a.rootCommand()}
 	for len(stack) > 0 {
@@ -281,6 +287,7 @@ func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
 }
 
 func TestDemoActivities(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	out, err := demoEcho(ctx, json.RawMessage(`{"x":[1]}`))
 	if err != nil || string(out) != `{"x":[1]}` {
@@ -318,6 +325,7 @@ func TestDemoActivities(t *testing.T) {
 }
 
 func TestDemoWorkerChecksFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -4,44 +4,67 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"log/slog"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aion-run/aion/client"
-	"github.com/aion-run/aion/internal/server"
-	"github.com/aion-run/aion/worker"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/servertest"
 )
 
-// startServer runs a real in-process server on loopback ports.
-func startServer(t *testing.T) string {
-	t.Helper()
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.Dev = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), true
-	cfg.SQLiteSync = "normal"
-	cfg.DrainTimeout = 5 * time.Second
-	srv, err := server.Start(context.Background(), cfg, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return srv.GRPCAddr()
+// cliRig runs command lines in process against a real server.
+type cliRig struct {
+	srv *servertest.Server
+	// env is the environment every command line sees; AION_ADDRESS points
+	// at the server.
+	env map[string]string
 }
 
-// testLog discards logs unless AION_TEST_LOG is set.
-func testLog() *slog.Logger {
-	if os.Getenv("AION_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+func newCLIRig(t *testing.T, opts ...servertest.Option) *cliRig {
+	t.Helper()
+	srv := servertest.Start(t, opts...)
+	return &cliRig{srv: srv, env: map[string]string{"AION_ADDRESS": srv.Addr}}
+}
+
+func (r *cliRig) lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if v, ok := env[k]; ok {
+			return v, true
+		}
+		v, ok := r.env[k]
+		return v, ok
 	}
-	return slog.New(slog.DiscardHandler)
+}
+
+// run executes one command line and returns its exit code and output.
+func (r *cliRig) run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return r.runEnv(t, nil, stdin, args...)
+}
+
+// runEnv is run with extra environment variables.
+func (r *cliRig) runEnv(t *testing.T, env map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = newApp(strings.NewReader(stdin), &out, &errOut, r.lookup(env)).execute(ctx, args)
+	return code, out.String(), errOut.String()
+}
+
+// ok runs a command line that must succeed and returns its stdout.
+func (r *cliRig) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := r.run(t, "", args...)
+	if code != exitOK {
+		t.Fatalf("aion %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
 }
 
 // syncBuffer is a bytes.Buffer safe for a logger and a test to share.
@@ -62,208 +85,448 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestCLIEndToEnd runs the demo worker and the client commands against a
-// real server, in process.
-func TestCLIEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a server")
-	}
-	addr := startServer(t)
-	env := func(k string) (string, bool) {
-		if k == "AION_ADDRESS" {
-			return addr, true
-		}
-		return "", false
-	}
+// background is a long-running command line (a worker, a server).
+type background struct {
+	log  *syncBuffer
+	stop context.CancelFunc // as SIGTERM would
+	done chan int           // its exit code
+}
 
-	// The demo worker, stopped by canceling its context (as SIGTERM would).
-	workerLog := &syncBuffer{}
-	wctx, stopWorker := context.WithCancel(context.Background())
-	workerDone := make(chan int, 1)
+// start runs a long-running command line until the test ends.
+func (r *cliRig) start(t *testing.T, args ...string) *background {
+	t.Helper()
+	return startCommand(t, r.lookup(nil), args...)
+}
+
+func startCommand(t *testing.T, lookup func(string) (string, bool), args ...string) *background {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	b := &background{log: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
 	go func() {
-		a := newApp(strings.NewReader(""), &bytes.Buffer{}, workerLog, env)
-		workerDone <- a.execute(wctx, []string{"worker", "demo", "--namespace", "demo,other", "--task-queue", "default", "--slots", "2"})
+		b.done <- newApp(strings.NewReader(""), &bytes.Buffer{}, b.log, lookup).execute(ctx, args)
 	}()
-
-	cli := func(stdin string, args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := newApp(strings.NewReader(stdin), &out, &errOut, env).execute(context.Background(), args)
-		return code, out.String(), errOut.String()
-	}
-
-	code, out, stderr := cli("", "activity", "schedule", "--namespace", "demo", "--task-queue", "default", "--type", "echo",
-		"--input", `{"hello":"world"}`, "--wait", "--wait-timeout", "20s", "-o", "json")
-	if code != exitOK {
-		t.Fatalf("echo: code %d\n%s\n%s\nworker log:\n%s", code, out, stderr, workerLog.String())
-	}
-	var act struct {
-		State  string            `json:"state"`
-		Result map[string]string `json:"result"`
-	}
-	if err := json.Unmarshal([]byte(out), &act); err != nil || act.State != "completed" || act.Result["hello"] != "world" {
-		t.Fatalf("echo output %s (%v)", out, err)
-	}
-
-	code, out, stderr = cli("", "activity", "schedule", "-n", "other", "-t", "fail", "--input", `{"times":2}`,
-		"--initial-interval", "20ms", "--max-attempts", "5", "--wait", "--wait-timeout", "20s")
-	if code != exitOK || !strings.Contains(out, `{"attempts":3}`) {
-		t.Fatalf("fail: code %d\n%s\n%s", code, out, stderr)
-	}
-
-	code, out, stderr = cli("", "activity", "schedule", "-n", "demo", "-t", "fail", "--input", `{"times":9}`,
-		"--initial-interval", "20ms", "--max-attempts", "2", "--id", "doomed", "--wait", "--wait-timeout", "20s")
-	if code != exitNotCompleted || !strings.Contains(out, "failed") || !strings.Contains(stderr, "ended failed") {
-		t.Fatalf("doomed: code %d\n%s\n%s", code, out, stderr)
-	}
-
-	code, out, stderr = cli(`{"ms":300}`, "activity", "schedule", "-n", "demo", "-t", "sleep", "--input", "-",
-		"--heartbeat-timeout", "1s", "--id", "nap", "--wait", "--wait-timeout", "20s", "-o", "json")
-	if code != exitOK || !strings.Contains(out, `"slept_ms": 300`) {
-		t.Fatalf("sleep: code %d\n%s\n%s", code, out, stderr)
-	}
-
-	code, out, _ = cli("", "activity", "list", "-n", "demo", "--state", "failed")
-	if code != exitOK || !strings.Contains(out, "doomed") || strings.Contains(out, "nap") {
-		t.Fatalf("list: code %d\n%s", code, out)
-	}
-	code, out, _ = cli("", "activity", "get", "nap", "-n", "demo")
-	if code != exitOK || !strings.Contains(out, "state:") || !strings.Contains(out, "completed") {
-		t.Fatalf("get: code %d\n%s", code, out)
-	}
-
-	code, _, stderr = cli("", "namespace", "create", "billing")
-	if code != exitOK {
-		t.Fatalf("create: %s", stderr)
-	}
-	code, out, stderr = cli("", "namespace", "place", "billing", "--prefer", "n1")
-	if code != exitOK || !strings.Contains(out, "prefer{n1}") {
-		t.Fatalf("place: code %d %s %s", code, out, stderr)
-	}
-	code, out, _ = cli("", "namespace", "list", "-o", "json")
-	var nss []struct {
-		Name string `json:"name"`
-	}
-	if code != exitOK || json.Unmarshal([]byte(out), &nss) != nil || len(nss) != 3 {
-		t.Fatalf("namespace list: %s", out)
-	}
-
-	stopWorker()
-	select {
-	case code := <-workerDone:
-		if code != exitOK {
-			t.Fatalf("worker exit %d\n%s", code, workerLog.String())
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-b.done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("aion %s did not exit", strings.Join(args, " "))
 		}
+	})
+	return b
+}
+
+// exit waits for the command line to end and returns its exit code.
+func (b *background) exit(t *testing.T) int {
+	t.Helper()
+	select {
+	case code := <-b.done:
+		b.done <- code
+		return code
 	case <-time.After(20 * time.Second):
-		t.Fatal("worker did not stop")
-	}
-	if n := strings.Count(workerLog.String(), `msg="task `); n < 6 {
-		t.Errorf("worker logged %d task lines, want at least 6:\n%s", n, workerLog.String())
+		t.Fatalf("command did not exit; its log:\n%s", b.log.String())
+		return 0
 	}
 }
 
-// TestSDKEndToEnd drives the typed client and worker SDKs against a real
-// server: typed payloads and results, failures, heartbeat details.
-func TestSDKEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a server")
+func decode[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("output is not one JSON document (%v):\n%s", err, s)
 	}
-	addr := startServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	return v
+}
 
-	type In struct {
-		A, B int
+// compact renders a JSON value from indented output on one line.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
 	}
-	type Out struct {
-		Sum     int
-		Attempt uint32
+	return b.String()
+}
+
+// activityJSON is the part of `activity get -o json` the tests read.
+type activityJSON struct {
+	ID                     string          `json:"id"`
+	Namespace              string          `json:"namespace"`
+	TaskQueue              string          `json:"task_queue"`
+	ActivityType           string          `json:"activity_type"`
+	Node                   string          `json:"node"`
+	State                  string          `json:"state"`
+	Attempt                int             `json:"attempt"`
+	Payload                json.RawMessage `json:"payload"`
+	Result                 json.RawMessage `json:"result"`
+	ScheduleToStartTimeout string          `json:"schedule_to_start_timeout"`
+	StartToCloseTimeout    string          `json:"start_to_close_timeout"`
+	ScheduleToCloseTimeout string          `json:"schedule_to_close_timeout"`
+	HeartbeatTimeout       string          `json:"heartbeat_timeout"`
+	LastHeartbeatDetails   json.RawMessage `json:"last_heartbeat_details"`
+	RetryPolicy            struct {
+		InitialInterval        string   `json:"initial_interval"`
+		BackoffCoefficient     float64  `json:"backoff_coefficient"`
+		MaximumInterval        string   `json:"maximum_interval"`
+		MaximumAttempts        int      `json:"maximum_attempts"`
+		NonRetryableErrorTypes []string `json:"non_retryable_error_types"`
+	} `json:"retry_policy"`
+	Failure *struct {
+		Type      string `json:"type"`
+		Retryable bool   `json:"retryable"`
+	} `json:"failure"`
+	Attempts []struct {
+		Number  int    `json:"number"`
+		Outcome string `json:"outcome"`
+	} `json:"attempts"`
+}
+
+func TestScheduleFlagsReachTheServer(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	flags := []string{"activity", "schedule", "-n", "ns", "-q", "gpu", "-t", "render", "--input", "-",
+		"--id", "r1", "--node", "gpu-a", "--schedule-to-start", "1m", "--start-to-close", "2m", "--schedule-to-close", "3m",
+		"--heartbeat-timeout", "4s", "--max-attempts", "3", "--initial-interval", "100ms", "--backoff", "1.5",
+		"--max-interval", "5s", "--non-retryable", "a,b", "--non-retryable", "c"}
+	code, out, errOut := r.run(t, `{"from": "stdin"}`, flags...)
+	if code != exitOK || out != "scheduled activity r1 in namespace ns\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	w, err := worker.New(addr, worker.Options{Namespaces: []string{"sdk"}, TaskQueue: "math", Slots: 4,
-		Logger: testLog(), StopTimeout: 5 * time.Second})
-	if err != nil {
+	a := decode[activityJSON](t, r.ok(t, "activity", "get", "r1", "-n", "ns", "-o", "json"))
+	p := a.RetryPolicy
+	if a.ID != "r1" || a.TaskQueue != "gpu" || a.ActivityType != "render" || a.Node != "gpu-a" || a.State != "scheduled" ||
+		compact(a.Payload) != `{"from":"stdin"}` || a.ScheduleToStartTimeout != "1m0s" || a.StartToCloseTimeout != "2m0s" ||
+		a.ScheduleToCloseTimeout != "3m0s" || a.HeartbeatTimeout != "4s" || p.MaximumAttempts != 3 || p.InitialInterval != "100ms" ||
+		p.BackoffCoefficient != 1.5 || p.MaximumInterval != "5s" || strings.Join(p.NonRetryableErrorTypes, ",") != "a,b,c" {
+		t.Fatalf("the server recorded %+v", a)
+	}
+
+	// The same request again is idempotent; another input under the same id
+	// is refused with the server's status.
+	if code, out, _ := r.run(t, `{"from": "stdin"}`, flags...); code != exitOK || out != "already scheduled activity r1 in namespace ns\n" {
+		t.Fatalf("repeat: exit %d, stdout %q", code, out)
+	}
+	if code, _, errOut := r.run(t, `{"other": true}`, flags...); code != exitError || !strings.Contains(errOut, "(AlreadyExists)") ||
+		strings.Contains(errOut, "rpc error") {
+		t.Fatalf("same id, other input: exit %d, stderr %q", code, errOut)
+	}
+
+	// One retry flag sets the policy; the server fills in the rest.
+	file := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(file, []byte(`[1, 2]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	worker.RegisterActivity(w, "add", func(ctx context.Context, in In) (Out, error) {
-		info := worker.Info(ctx)
-		if in.A < 0 {
-			return Out{}, worker.NewError("negative", "A is negative", false, in)
+	r.ok(t, "activity", "schedule", "-n", "ns", "-t", "echo", "--id", "r2", "--input", "@"+file, "--max-attempts", "2")
+	a = decode[activityJSON](t, r.ok(t, "activity", "get", "r2", "-n", "ns", "-o", "json"))
+	if a.TaskQueue != "default" || compact(a.Payload) != `[1,2]` || a.RetryPolicy.MaximumAttempts != 2 ||
+		a.RetryPolicy.InitialInterval != "1s" || a.RetryPolicy.BackoffCoefficient != 2 || a.StartToCloseTimeout != "10m0s" {
+		t.Fatalf("server defaults not applied: %+v", a)
+	}
+	// Refused input never reaches the server.
+	if code, _, errOut := r.run(t, "", "activity", "schedule", "-n", "never", "-t", "echo", "--input", "{nope"); code != exitError ||
+		!strings.Contains(errOut, "--input") {
+		t.Fatalf("bad input: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := r.run(t, "", "namespace", "get", "never"); code != exitError || !strings.Contains(errOut, "(NotFound)") {
+		t.Fatalf("a refused schedule minted its namespace: exit %d, %s", code, errOut)
+	}
+}
+
+func TestActivityCommandsWithTheDemoWorker(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	w := r.start(t, "worker", "demo", "--namespace", "demo,other", "--slots", "2")
+
+	code, out, errOut := r.run(t, "", "activity", "schedule", "--namespace", "demo", "--type", "echo",
+		"--input", `{"hello":"world"}`, "--wait", "--wait-timeout", "20s", "-o", "json")
+	if a := decode[activityJSON](t, out); code != exitOK || a.State != "completed" || compact(a.Result) != `{"hello":"world"}` {
+		t.Fatalf("echo: exit %d\n%s\n%s\nworker log:\n%s", code, out, errOut, w.log.String())
+	}
+
+	// fail succeeds on the attempt after the failing ones, in the other
+	// namespace the worker serves.
+	code, out, errOut = r.run(t, "", "activity", "schedule", "-n", "other", "-t", "fail", "--input", `{"times":2}`,
+		"--initial-interval", "10ms", "--max-attempts", "5", "--wait", "--wait-timeout", "20s")
+	if code != exitOK || !strings.Contains(out, `{"attempts":3}`) || !strings.Contains(out, "attempt 2:") {
+		t.Fatalf("fail twice: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// sleep heartbeats its progress (every 200ms here); the server keeps it.
+	code, out, errOut = r.run(t, `{"ms":300}`, "activity", "schedule", "-n", "demo", "-t", "sleep", "--input", "-",
+		"--heartbeat-timeout", "600ms", "--id", "nap", "--wait", "--wait-timeout", "20s", "-o", "json")
+	if a := decode[activityJSON](t, out); code != exitOK || compact(a.Result) != `{"slept_ms":300}` ||
+		!strings.HasPrefix(compact(a.LastHeartbeatDetails), `{"slept_ms":`) {
+		t.Fatalf("sleep: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	code, out, errOut = r.run(t, "", "activity", "schedule", "-n", "demo", "-t", "fail", "--input", `{"times":9}`,
+		"--initial-interval", "10ms", "--max-attempts", "2", "--id", "doomed", "--wait", "--wait-timeout", "20s")
+	if code != exitNotCompleted || !strings.Contains(out, "demo_failure") || !strings.Contains(errOut, "activity doomed in namespace demo ended failed") {
+		t.Fatalf("doomed: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	out = r.ok(t, "activity", "list", "-n", "demo", "--state", "failed")
+	if !strings.Contains(out, "doomed") || strings.Contains(out, "nap") || !strings.HasPrefix(out, "ID ") {
+		t.Fatalf("list --state failed:\n%s", out)
+	}
+	all := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "demo", "-o", "json"))
+	if len(all) != 3 || all[0].ID != "doomed" || all[1].ID != "nap" || all[2].ActivityType != "echo" {
+		t.Fatalf("list -o json = %+v, want doomed, nap, echo (newest first)", all)
+	}
+	if limited := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "demo", "--limit", "2", "-o", "json")); len(limited) != 2 {
+		t.Fatalf("list --limit 2 printed %d", len(limited))
+	}
+	if got := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "nobody-here", "-o", "json")); len(got) != 0 {
+		t.Fatalf("empty namespace listed %+v", got)
+	}
+	out = r.ok(t, "activity", "get", "nap", "-n", "demo")
+	for _, want := range []string{"id:", "nap", "state:", "completed", "attempt 1:", "completed after"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("get nap lacks %q:\n%s", want, out)
 		}
-		prev, err := worker.HeartbeatDetails[map[string]int](ctx)
-		if errors.Is(err, worker.ErrNoHeartbeatDetails) {
-			// First run: record progress, then fail retryably; the retry
-			// resumes from the heartbeat.
-			worker.RecordHeartbeat(ctx, map[string]int{"partial": in.A})
-			return Out{}, errors.New("transient")
-		} else if err != nil {
-			return Out{}, worker.NonRetryable(err)
+	}
+	if code, _, errOut := r.run(t, "", "activity", "get", "missing", "-n", "demo"); code != exitError ||
+		!strings.Contains(errOut, "(NotFound)") || strings.Contains(errOut, "rpc error") {
+		t.Fatalf("get missing: exit %d, stderr %q", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"activity", "list", "-n", "demo", "--state", "done"},
+		{"activity", "list", "-n", "demo", "--limit", "-1"},
+		{"activity", "list"},
+	} {
+		if code, _, errOut := r.run(t, "", args...); code != exitError || errOut == "" {
+			t.Errorf("aion %v: exit %d, stderr %q", args, code, errOut)
 		}
-		return Out{Sum: prev["partial"] + in.B, Attempt: info.Attempt}, nil
+	}
+
+	w.stop()
+	if code := w.exit(t); code != exitOK {
+		t.Fatalf("worker exit %d\n%s", code, w.log.String())
+	}
+	// One log line per attempt: echo, 3 of fail, sleep, 2 of doomed.
+	if n := strings.Count(w.log.String(), `msg="task `); n != 7 {
+		t.Errorf("worker logged %d task lines, want 7:\n%s", n, w.log.String())
+	}
+}
+
+func TestWaitExitCodes(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	r.start(t, "worker", "demo", "--namespace", "ns")
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		code  int
+		state string
+	}{
+		{"completed", []string{"-t", "echo", "--input", `{"a":1}`}, exitOK, "completed"},
+		{"failed", []string{"-t", "fail", "--input", `{"times":1}`, "--max-attempts", "1"}, exitNotCompleted, "failed"},
+		{"timed out", []string{"-t", "nobody-runs-this", "--schedule-to-start", "100ms"}, exitNotCompleted, "timed_out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			id := strings.ReplaceAll(tc.name, " ", "-")
+			args := append([]string{"activity", "schedule", "-n", "ns", "--id", id, "--wait", "-o", "json"}, tc.flags...)
+			code, out, errOut := r.run(t, "", args...)
+			if a := decode[activityJSON](t, out); code != tc.code || a.State != tc.state {
+				t.Fatalf("schedule --wait: exit %d, state %q; want %d, %q\n%s", code, a.State, tc.code, tc.state, errOut)
+			}
+			code, out, _ = r.run(t, "", "activity", "wait", id, "-n", "ns")
+			if code != tc.code || !strings.Contains(out, "state:") || !strings.Contains(out, tc.state) {
+				t.Fatalf("wait: exit %d, want %d\n%s", code, tc.code, out)
+			}
+		})
+	}
+	t.Run("wait timeout", func(t *testing.T) {
+		t.Parallel()
+		r.ok(t, "activity", "schedule", "-n", "ns", "-t", "nobody-runs-this", "--id", "forever")
+		code, _, errOut := r.run(t, "", "activity", "wait", "forever", "-n", "ns", "--wait-timeout", "100ms")
+		if code != exitError || !strings.Contains(errOut, "(DeadlineExceeded)") {
+			t.Fatalf("exit %d, stderr %q; want 1 and DeadlineExceeded", code, errOut)
+		}
 	})
-	wctx, stopWorker := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- w.Run(wctx) }()
+}
 
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
+func TestNamespaceCommands(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	if out := r.ok(t, "namespace", "create", "billing"); out != "created namespace billing\n" {
+		t.Fatalf("create: %q", out)
 	}
-	defer c.Close()
-	opts := client.ScheduleOptions{Namespace: "sdk", TaskQueue: "math", ActivityType: "add", HeartbeatTimeout: 5 * time.Second,
-		RetryPolicy: &client.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaximumAttempts: 5}}
-	h, err := client.Schedule(ctx, c, opts, In{A: 2, B: 3})
-	if err != nil {
-		t.Fatal(err)
+	if out := r.ok(t, "namespace", "create", "billing"); out != "namespace billing already exists\n" {
+		t.Fatalf("create again: %q", out)
 	}
-	out, err := client.WaitResult[Out](ctx, c, h.Namespace, h.ID)
-	if err != nil || out.Sum != 5 || out.Attempt < 2 {
-		t.Fatalf("result %+v, %v", out, err)
+	type nsJSON struct {
+		Name      string `json:"name"`
+		Origin    string `json:"origin"`
+		Placement struct {
+			Mode  string   `json:"mode"`
+			Nodes []string `json:"nodes"`
+		} `json:"placement"`
+		CreatedTime string `json:"created_time"`
 	}
-
-	opts.ID = "neg"
-	h, err = client.Schedule(ctx, c, opts, In{A: -1})
-	if err != nil {
-		t.Fatal(err)
+	if ns := decode[nsJSON](t, r.ok(t, "namespace", "get", "billing", "-o", "json")); ns.Origin != "explicit" ||
+		ns.Placement.Mode != "unplaced" || ns.CreatedTime == "" {
+		t.Fatalf("get: %+v", ns)
 	}
-	_, err = client.WaitResult[Out](ctx, c, h.Namespace, h.ID)
-	var ae *client.ActivityError
-	if !errors.As(err, &ae) || ae.Type != "negative" || ae.Retryable || string(ae.Details) != `{"A":-1,"B":0}` {
-		t.Fatalf("err = %v (%+v)", err, ae)
-	}
-	// Same id, same request: the existing activity.
-	again, err := client.Schedule(ctx, c, opts, In{A: -1})
-	if err != nil || !again.Existing || again.ID != "neg" {
-		t.Fatalf("idempotent schedule: %+v, %v", again, err)
-	}
-
-	var reqs []client.ScheduleRequest
-	for i := range 5 {
-		r, err := client.NewScheduleRequest(client.ScheduleOptions{Namespace: "sdk", TaskQueue: "math", ActivityType: "add",
-			RetryPolicy: &client.RetryPolicy{InitialInterval: 10 * time.Millisecond}}, In{A: i, B: i})
-		if err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--pinned", "gpu-a,gpu-b"}, "pinned{gpu-a,gpu-b}"},
+		{[]string{"--pinned", "gpu-a", "--pinned", "gpu-b"}, "pinned{gpu-a,gpu-b}"},
+		{[]string{"--prefer", "n1"}, "prefer{n1}"},
+		{[]string{"--unplaced"}, "unplaced"},
+	} {
+		out := r.ok(t, append([]string{"namespace", "place", "billing"}, tc.flags...)...)
+		if out != "namespace billing placement is now "+tc.want+"\n" {
+			t.Fatalf("place %v: %q", tc.flags, out)
 		}
-		reqs = append(reqs, r)
-	}
-	reqs = append(reqs, client.ScheduleRequest{Options: client.ScheduleOptions{Namespace: "sdk"}}) // no type
-	res, err := c.ScheduleBatch(ctx, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range res[:5] {
-		if r.Err != nil {
-			t.Fatalf("batch item %d: %v", i, r.Err)
-		}
-		out, err := client.WaitResult[Out](ctx, c, r.Handle.Namespace, r.Handle.ID)
-		if err != nil || out.Sum != 2*i {
-			t.Fatalf("batch item %d: %+v, %v", i, out, err)
+		if out := r.ok(t, "namespace", "get", "billing"); !strings.Contains(out, "placement: "+tc.want) {
+			t.Fatalf("after place %v, get shows:\n%s", tc.flags, out)
 		}
 	}
-	if res[5].Err == nil {
-		t.Fatal("batch item without a type was accepted")
+	r.ok(t, "activity", "schedule", "-n", "minted", "-t", "echo")
+	nss := decode[[]nsJSON](t, r.ok(t, "namespace", "list", "-o", "json"))
+	if len(nss) != 2 || nss[0].Name != "billing" || nss[1].Name != "minted" || nss[1].Origin != "schedule" {
+		t.Fatalf("list: %+v", nss)
+	}
+	if out := r.ok(t, "ns", "list"); !strings.HasPrefix(out, "NAME ") || !strings.Contains(out, "minted") {
+		t.Fatalf("list text:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code string
+	}{
+		{[]string{"namespace", "place", "missing", "--unplaced"}, "(NotFound)"},
+		{[]string{"namespace", "get", "missing"}, "(NotFound)"},
+		{[]string{"namespace", "create", "bad name"}, "(InvalidArgument)"},
+		{[]string{"namespace", "place", "billing", "--pinned", "bad node"}, "(InvalidArgument)"},
+	} {
+		code, _, errOut := r.run(t, "", tc.args...)
+		if code != exitError || !strings.Contains(errOut, tc.code) || strings.Contains(errOut, "rpc error") {
+			t.Errorf("aion %v: exit %d, stderr %q; want %s", tc.args, code, errOut, tc.code)
+		}
+	}
+}
+
+func TestGlobalFlagsReachTheServer(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	const nobody = "127.0.0.1:1" // nothing listens there
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		err  string
+	}{
+		{"address from the environment", nil, nil, exitOK, ""},
+		{"address flag beats the environment", map[string]string{"AION_ADDRESS": nobody}, []string{"--address", r.srv.Addr}, exitOK, ""},
+		{"address flag to a closed port", nil, []string{"--address", nobody}, exitError, "(Unavailable)"},
+		{"timeout bounds the call", nil, []string{"--timeout", "1ns"}, exitError, "(DeadlineExceeded)"},
+		{"timeout from the environment", map[string]string{"AION_TIMEOUT": "1ns"}, nil, exitError, "(DeadlineExceeded)"},
+		{"token over the insecure transport", map[string]string{"AION_TOKEN": "s3cret"}, nil, exitOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := r.runEnv(t, tc.env, "", append([]string{"namespace", "list", "-o", "json"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(errOut, tc.err) {
+				t.Fatalf("exit %d, stderr %q; want %d with %q", code, errOut, tc.code, tc.err)
+			}
+			if code == exitOK {
+				decode[[]json.RawMessage](t, out)
+			}
+		})
+	}
+}
+
+func TestDemoWorkerRegistersWithItsFlags(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	w := r.start(t, "worker", "demo", "--namespace", "a,b", "--task-queue", "q", "--node", "n1", "--slots", "3", "--identity", "me")
+	got := r.srv.WaitForWorker(t, nil)
+	types := slices.Sorted(slices.Values(got.ActivityTypes))
+	if strings.Join(got.Namespaces, ",") != "a,b" || got.TaskQueue != "q" || got.Node != "n1" || got.Slots != 3 ||
+		strings.Join(types, ",") != "echo,fail,sleep" {
+		t.Fatalf("the server registered %+v", got)
+	}
+	// A pinned activity reaches it through its node.
+	code, out, errOut := r.run(t, "", "activity", "schedule", "-n", "b", "-q", "q", "-t", "echo", "--node", "n1", "--input", "1", "--wait", "-o", "json")
+	if a := decode[activityJSON](t, out); code != exitOK || a.Node != "n1" || compact(a.Result) != "1" {
+		t.Fatalf("pinned echo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	w.stop()
+	if code := w.exit(t); code != exitOK {
+		t.Fatalf("worker exit %d\n%s", code, w.log.String())
+	}
+	if reason := r.srv.DisconnectReason(t, got.ID); reason != registry.ReasonDrained {
+		t.Fatalf("worker left as %q, want drained", reason)
+	}
+}
+
+func TestDemoWorkerExitsOnAServerDrainWhenAsked(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	w := r.start(t, "worker", "demo", "--namespace", "d", "--exit-on-drain")
+	r.srv.WaitForWorker(t, nil)
+	shutdown := r.srv.ShutdownAsync()
+	if code := w.exit(t); code != exitOK {
+		t.Fatalf("worker exit %d\n%s", code, w.log.String())
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(w.log.String(), "exiting") {
+		t.Fatalf("worker log does not say it exits:\n%s", w.log.String())
+	}
+}
+
+// servingAddr finds the gRPC address in a server's "serving" log line.
+var servingAddr = regexp.MustCompile(`msg=serving grpc=(127\.0\.0\.1:\d+)`)
+
+func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	noEnv := func(string) (string, bool) { return "", false }
+	serve := func(cmd string, extra ...string) (*background, *cliRig) {
+		t.Helper()
+		args := append([]string{cmd, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir", dir,
+			"--drain-timeout", "1s"}, extra...)
+		b := startCommand(t, noEnv, args...)
+		var addr string
+		servertest.Eventually(t, "the server's serving line", func() bool {
+			m := servingAddr.FindStringSubmatch(b.log.String())
+			if m != nil {
+				addr = m[1]
+			}
+			return m != nil
+		})
+		return b, &cliRig{env: map[string]string{"AION_ADDRESS": addr}}
 	}
 
-	stopWorker()
-	if err := <-runErr; err != nil {
-		t.Fatalf("Run = %v", err)
+	dev, r := serve("dev", "--auto-create", "closed")
+	if code, _, errOut := r.run(t, "", "activity", "schedule", "-n", "ghost", "-t", "echo"); code != exitError ||
+		!strings.Contains(errOut, "(NotFound)") || !strings.Contains(errOut, "auto-create is closed") {
+		t.Fatalf("schedule under --auto-create closed: exit %d, %q", code, errOut)
+	}
+	r.ok(t, "namespace", "create", "ghost")
+	r.ok(t, "activity", "schedule", "-n", "ghost", "-t", "echo", "--id", "kept")
+	dev.stop() // as SIGINT would
+	if code := dev.exit(t); code != exitOK {
+		t.Fatalf("dev exit %d\n%s", code, dev.log.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "aion.db")); err != nil {
+		t.Fatalf("no SQLite file in --data-dir: %v", err)
+	}
+
+	// `aion server` on the same data directory has the namespace and the
+	// activity.
+	srv, r := serve("server")
+	if a := decode[activityJSON](t, r.ok(t, "activity", "get", "kept", "-n", "ghost", "-o", "json")); a.State != "scheduled" {
+		t.Fatalf("activity after the restart: %+v", a)
+	}
+	srv.stop()
+	if code := srv.exit(t); code != exitOK {
+		t.Fatalf("server exit %d\n%s", code, srv.log.String())
 	}
 }

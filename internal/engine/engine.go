@@ -173,6 +173,8 @@ type Engine struct {
 	running map[string]int
 	timers  timerHeap
 	closed  bool
+	// waitsReleased makes Wait return at once: the server is stopping.
+	waitsReleased bool
 
 	timerWake chan struct{}
 	stop      chan struct{}

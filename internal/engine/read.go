@@ -69,6 +69,10 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 		return View{}, fmt.Errorf("wait for activity: %w", err)
 	}
 	e.mu.Lock()
+	if e.waitsReleased {
+		e.mu.Unlock()
+		return View{}, fmt.Errorf("wait for activity %q in namespace %q: server stopping: %w", id, ns, ErrClosed)
+	}
 	a := e.open[key{ns, id}]
 	var ch chan struct{}
 	if a != nil && !e.closed {
@@ -92,6 +96,18 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 		return View{}, fmt.Errorf("wait for activity %q in namespace %q: server stopping: %w", id, ns, ErrClosed)
 	}
 	return v, nil
+}
+
+// ReleaseWaiters ends every Wait in progress, and every later one, with
+// ErrClosed, so a stopping server is not held up by long polls; callers
+// retry against the next server.
+func (e *Engine) ReleaseWaiters() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.waitsReleased = true
+	for _, a := range e.open {
+		a.wakeWaiters()
+	}
 }
 
 func (e *Engine) dropWaiter(k key, ch chan struct{}) {

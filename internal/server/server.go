@@ -271,7 +271,8 @@ func (s *Server) shutdown(ctx context.Context) error {
 		}
 	}
 stop:
-	s.bus.Close() // ends Watch streams and event-stream requests
+	s.bus.Close()          // ends Watch streams and event-stream requests
+	s.eng.ReleaseWaiters() // ends Wait long polls; clients retry on the next server
 	s.connsMu.Lock()
 	for _, c := range s.conns {
 		c.end(status.Error(codes.Unavailable, "server is shutting down"))

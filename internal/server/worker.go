@@ -221,13 +221,15 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	s.track(w.ID(), c)
 	reason := registry.Reason("")
 	defer func() {
-		s.untrack(w.ID())
+		// Leave first, so the departure is published while shutdown still
+		// waits for this stream.
 		if reason != "" {
 			tok.Leave(reason)
 		} else {
 			tok.Close()
 		}
 		s.eng.WorkerLeft(w)
+		s.untrack(w.ID())
 	}()
 	s.log.Info("worker connected", "worker", w.ID(), "namespaces", spec.Namespaces, "task_queue", spec.TaskQueue,
 		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)

@@ -13,8 +13,10 @@ package servertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/server"
@@ -36,6 +39,9 @@ type Server struct {
 	// Config is the configuration it was started with; GRPCAddr is the
 	// concrete address, so starting again with it reuses the port.
 	Config server.Config
+
+	mu   sync.Mutex
+	left map[registry.WorkerID]registry.Reason // from the event bus
 }
 
 // Option adjusts the configuration before Start.
@@ -57,22 +63,10 @@ func DrainTimeout(d time.Duration) Option {
 	return func(c *server.Config) { c.DrainTimeout = d }
 }
 
-// DataDir makes the server keep its SQLite file in dir instead of a fresh
-// temporary directory.
-func DataDir(dir string) Option {
-	return func(c *server.Config) { c.DataDir = dir }
-}
-
-// GRPCAddr makes the server listen on addr (host:port) instead of a free
-// loopback port.
-func GRPCAddr(addr string) Option {
-	return func(c *server.Config) { c.GRPCAddr = addr }
-}
-
-// Config returns the configuration Start uses before options: loopback
+// defaultConfig is the configuration Start uses before options: loopback
 // ports chosen by the kernel, a fresh data directory, synchronous=normal
 // (tests need not survive power loss), a 5s drain timeout.
-func Config(t testing.TB) server.Config {
+func defaultConfig(t testing.TB) server.Config {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
@@ -84,7 +78,7 @@ func Config(t testing.TB) server.Config {
 // Start runs a real server and shuts it down when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	cfg := Config(t)
+	cfg := defaultConfig(t)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -109,13 +103,49 @@ func start(t testing.TB, cfg server.Config) *Server {
 		t.Fatalf("servertest: start server on %s: %v", cfg.GRPCAddr, err)
 	}
 	cfg.GRPCAddr = srv.GRPCAddr()
-	s := &Server{Server: srv, Addr: srv.GRPCAddr(), Config: cfg}
+	s := &Server{Server: srv, Addr: srv.GRPCAddr(), Config: cfg, left: make(map[registry.WorkerID]registry.Reason)}
+	_, sub := srv.Events().Subscribe(1 << 12)
+	watched := make(chan struct{})
+	go s.watch(sub, watched)
 	t.Cleanup(func() {
 		if err := srv.Shutdown(context.Background()); err != nil {
 			t.Errorf("servertest: shutdown %s: %v", s.Addr, err)
 		}
+		sub.Close()
+		<-watched
 	})
 	return s
+}
+
+// watch records why each worker left, until the bus closes.
+func (s *Server) watch(sub *events.Subscription, done chan<- struct{}) {
+	defer close(done)
+	for {
+		e, err := sub.Next(context.Background())
+		if err != nil {
+			return
+		}
+		if e.Kind == events.WorkerDisconnected && e.Worker != nil {
+			s.mu.Lock()
+			s.left[e.Worker.ID] = e.Reason
+			s.mu.Unlock()
+		}
+	}
+}
+
+// DisconnectReason waits until worker id has left and returns the reason
+// the server recorded (disconnect, timeout, drained, deregistered).
+func (s *Server) DisconnectReason(t testing.TB, id registry.WorkerID) registry.Reason {
+	t.Helper()
+	var r registry.Reason
+	Eventually(t, fmt.Sprintf("worker %v to leave", id), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var ok bool
+		r, ok = s.left[id]
+		return ok
+	})
+	return r
 }
 
 // Restart shuts the server down (draining its workers, as Shutdown does)

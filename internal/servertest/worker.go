@@ -120,6 +120,13 @@ func (w *Worker) Task() *aionv1.ActivityTask {
 	return w.next("a task", func(m *aionv1.ServerMessage) bool { return m.GetActivityTask() != nil }).GetActivityTask()
 }
 
+// Frame waits for the next frame keep accepts (a DrainRequest, a
+// CancelActivity, ...), holding the others for later.
+func (w *Worker) Frame(what string, keep func(*aionv1.ServerMessage) bool) *aionv1.ServerMessage {
+	w.t.Helper()
+	return w.next(what, keep)
+}
+
 // Complete reports task completed with result and returns the ResultAck.
 func (w *Worker) Complete(task *aionv1.ActivityTask, result []byte) *aionv1.ResultAck {
 	w.t.Helper()

@@ -1,0 +1,416 @@
+package worker
+
+// The tests in this file use a hand-written, scriptable WorkerService, not
+// the real server, because they check how the worker copes with frames the
+// real aion server never sends: a task before RegisterAck, more tasks than
+// the worker has slots, results that are never acknowledged, a task of a
+// type the worker never registered, the same attempt twice, and a
+// HeartbeatAck with cancel_requested (the server cancels through
+// CancelActivity instead). Everything the real server can produce is tested
+// against it in run_test.go.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+)
+
+// fakeServer hands every accepted stream to the test as a fakeConn, which
+// reads the worker's frames and writes whatever the test scripts.
+type fakeServer struct {
+	aionv1.UnimplementedWorkerServiceServer
+
+	conns chan *fakeConn
+	lis   *bufconn.Listener
+	srv   *grpc.Server
+}
+
+type fakeConn struct {
+	t      *testing.T
+	reg    *aionv1.Register
+	in     chan *aionv1.WorkerMessage // closed when the worker half-closes or the stream ends
+	sendMu sync.Mutex
+	stream aionv1.WorkerService_ConnectServer
+	end    chan error // the status Connect returns
+	ended  chan struct{}
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	t.Helper()
+	f := &fakeServer{conns: make(chan *fakeConn, 16), lis: bufconn.Listen(1 << 20), srv: grpc.NewServer()}
+	aionv1.RegisterWorkerServiceServer(f.srv, f)
+	go func() { _ = f.srv.Serve(f.lis) }()
+	t.Cleanup(f.srv.Stop)
+	return f
+}
+
+func (f *fakeServer) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return f.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}
+}
+
+func (f *fakeServer) Connect(stream aionv1.WorkerService_ConnectServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	c := &fakeConn{reg: first.GetRegister(), in: make(chan *aionv1.WorkerMessage, 64), stream: stream,
+		end: make(chan error, 1), ended: make(chan struct{})}
+	defer close(c.ended)
+	go func() {
+		defer close(c.in)
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case c.in <- m:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	f.conns <- c
+	select {
+	case err := <-c.end:
+		return err
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	}
+}
+
+func (f *fakeServer) accept(t *testing.T) *fakeConn {
+	t.Helper()
+	select {
+	case c := <-f.conns:
+		c.t = t
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("no worker connected")
+		return nil
+	}
+}
+
+func (c *fakeConn) send(m *aionv1.ServerMessage) {
+	c.t.Helper()
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.stream.Send(m); err != nil {
+		c.t.Fatalf("server send: %v", err)
+	}
+}
+
+func (c *fakeConn) ack() {
+	c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
+		WorkerId: 7, HeartbeatWindow: durationpb.New(time.Minute), PingInterval: durationpb.New(time.Hour),
+	}}})
+}
+
+func (c *fakeConn) task(t *aionv1.ActivityTask) {
+	c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_ActivityTask{ActivityTask: t}})
+}
+
+func (c *fakeConn) resultAck(r *aionv1.ActivityResult) {
+	c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_ResultAck{ResultAck: &aionv1.ResultAck{
+		Namespace: r.GetNamespace(), ActivityId: r.GetActivityId(), Attempt: r.GetAttempt(),
+	}}})
+}
+
+// next returns the worker's next frame that is not a Ping; nil when the
+// worker half-closed.
+func (c *fakeConn) next() *aionv1.WorkerMessage {
+	c.t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case m, ok := <-c.in:
+			if !ok {
+				return nil
+			}
+			if m.GetPing() != nil {
+				continue
+			}
+			return m
+		case <-timeout:
+			c.t.Fatal("no frame from the worker")
+			return nil
+		}
+	}
+}
+
+func (c *fakeConn) result() *aionv1.ActivityResult {
+	c.t.Helper()
+	m := c.next()
+	if m.GetActivityResult() == nil {
+		c.t.Fatalf("got frame %v, want ActivityResult", m)
+	}
+	return m.GetActivityResult()
+}
+
+// closeCleanly expects Drain then CloseSend from a stopping worker and ends
+// the stream OK.
+func (c *fakeConn) closeCleanly() {
+	c.t.Helper()
+	if m := c.next(); m.GetDrain() == nil {
+		c.t.Fatalf("got %v, want Drain", m)
+	}
+	if m := c.next(); m != nil {
+		c.t.Fatalf("got frame %v, want CloseSend", m)
+	}
+	c.finish(nil)
+}
+
+func (c *fakeConn) finish(err error) {
+	c.end <- err
+	<-c.ended
+}
+
+// fakeSetup is one worker's Run against a fake server.
+type fakeSetup struct {
+	srv  *fakeServer
+	w    *Worker
+	stop context.CancelFunc
+	done chan struct{}
+	err  error
+}
+
+func newFakeSetup(t *testing.T, opts Options, register func(*Worker)) *fakeSetup {
+	t.Helper()
+	srv := newFakeServer(t)
+	opts.Namespaces = []string{"ns"}
+	opts.DialOptions = srv.dialOptions()
+	opts.MinBackoff, opts.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
+	opts.Logger = testLogger()
+	w, err := New("passthrough:///bufnet", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ackGrace = time.Second
+	w.closeWait = time.Second
+	register(w)
+	ctx, stop := context.WithCancel(context.Background())
+	s := &fakeSetup{srv: srv, w: w, stop: stop, done: make(chan struct{})}
+	go func() { s.err = w.Run(ctx); close(s.done) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	return s
+}
+
+// registered waits until the worker has processed RegisterAck.
+func (s *fakeSetup) registered(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		s.w.mu.Lock()
+		ok := s.w.sess != nil
+		s.w.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+	t.Fatal("worker never registered")
+}
+
+func (s *fakeSetup) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-s.done:
+		return s.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// accepted accepts the stream and acknowledges the registration.
+func (s *fakeSetup) accepted(t *testing.T) *fakeConn {
+	t.Helper()
+	c := s.srv.accept(t)
+	c.ack()
+	s.registered(t)
+	return c
+}
+
+func fakeTask(id string, attempt uint32, typ string) *aionv1.ActivityTask {
+	return &aionv1.ActivityTask{Namespace: "ns", ActivityId: id, Attempt: attempt, TaskQueue: "default",
+		ActivityType: typ, Payload: []byte(`{}`), StartedTime: timestamppb.Now()}
+}
+
+func TestTaskBeforeRegisterAckIsAProtocolErrorThatReconnects(t *testing.T) {
+	t.Parallel()
+	s := newFakeSetup(t, Options{}, echo)
+	c1 := s.srv.accept(t)
+	c1.task(fakeTask("a1", 1, "echo")) // before RegisterAck
+	if m := c1.next(); m != nil {
+		t.Fatalf("got %v, want the worker to drop the stream", m)
+	}
+	c1.finish(nil)
+	c2 := s.accepted(t)
+	s.stop()
+	c2.closeCleanly()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestSlotsBoundConcurrencyEvenIfTheServerOversends(t *testing.T) {
+	t.Parallel()
+	var cur, peak atomic.Int32
+	s := newFakeSetup(t, Options{Slots: 2}, func(w *Worker) {
+		RegisterActivity(w, "work", func(ctx context.Context, _ struct{}) (struct{}, error) {
+			n := cur.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+			cur.Add(-1)
+			return struct{}{}, nil
+		})
+	})
+	c := s.accepted(t)
+	for i := range 6 {
+		c.task(fakeTask("a"+strconv.Itoa(i), 1, "work"))
+	}
+	for range 6 {
+		r := c.result()
+		if r.GetCompleted() == nil {
+			t.Fatalf("result = %v", r)
+		}
+		c.resultAck(r)
+	}
+	if p := peak.Load(); p != 2 {
+		t.Fatalf("peak concurrency %d, want the 2 slots", p)
+	}
+	s.stop()
+	c.closeCleanly()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestStopGivesUpWhenResultsAreNeverAcknowledged(t *testing.T) {
+	t.Parallel()
+	s := newFakeSetup(t, Options{StopTimeout: 20 * time.Millisecond}, echo)
+	s.w.ackGrace = 100 * time.Millisecond
+	c := s.accepted(t)
+	c.task(fakeTask("a1", 1, "echo"))
+	_ = c.result() // never acknowledged
+	s.stop()
+	start := time.Now()
+	err := s.wait(t)
+	if err == nil {
+		t.Fatal("Run = nil, want an error about unacknowledged results")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Run gave up after %v, want about StopTimeout+ackGrace (120ms)", d)
+	}
+	go func() {
+		for range c.in {
+		}
+	}()
+}
+
+func TestTaskOfAnUnregisteredTypeFailsWithoutRetry(t *testing.T) {
+	t.Parallel()
+	s := newFakeSetup(t, Options{}, echo)
+	c := s.accepted(t)
+	c.task(fakeTask("u", 1, "unknown"))
+	r := c.result()
+	if f := r.GetFailed(); f.GetType() != "activity_type_not_registered" || f.GetRetryable() {
+		t.Fatalf("failure = %v, want non-retryable activity_type_not_registered", f)
+	}
+	c.resultAck(r)
+	s.stop()
+	c.closeCleanly()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestRepeatedTaskRunsOnce(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	s := newFakeSetup(t, Options{Slots: 2}, func(w *Worker) {
+		RegisterActivity(w, "once", func(context.Context, struct{}) (int32, error) {
+			n := calls.Add(1)
+			<-release
+			return n, nil
+		})
+	})
+	c := s.accepted(t)
+	c.task(fakeTask("a", 1, "once"))
+	c.task(fakeTask("a", 1, "once")) // the same attempt again while it runs
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	r := c.result()
+	c.task(fakeTask("a", 1, "once")) // and while its result awaits the ack
+	time.Sleep(20 * time.Millisecond)
+	c.resultAck(r)
+	s.stop()
+	c.closeCleanly() // no second result before the Drain
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestHeartbeatAnsweredCancelRequestedCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	causes := make(chan error, 1)
+	s := newFakeSetup(t, Options{}, func(w *Worker) {
+		RegisterActivity(w, "hb", func(ctx context.Context, _ struct{}) (struct{}, error) {
+			RecordHeartbeat(ctx, "x")
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return struct{}{}, ctx.Err()
+		})
+	})
+	c := s.accepted(t)
+	c.task(fakeTask("a1", 2, "hb"))
+	if hb := c.next().GetActivityHeartbeat(); hb == nil || hb.GetAttempt() != 2 {
+		t.Fatalf("want a heartbeat for attempt 2, got %v", hb)
+	}
+	c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_HeartbeatAck{HeartbeatAck: &aionv1.HeartbeatAck{
+		Namespace: "ns", ActivityId: "a1", Attempt: 2, CancelRequested: true}}})
+	if err := <-causes; !errors.Is(err, ErrActivityCanceled) {
+		t.Fatalf("cause = %v, want ErrActivityCanceled", err)
+	}
+	r := c.result()
+	if r.GetCanceled() == nil {
+		t.Fatalf("result = %v, want canceled", r)
+	}
+	var details string
+	if err := json.Unmarshal(r.GetCanceled().GetDetails(), &details); err != nil || details == "" {
+		t.Fatalf("canceled details = %s (%v), want the reason", r.GetCanceled().GetDetails(), err)
+	}
+	c.resultAck(r)
+	s.stop()
+	c.closeCleanly()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
