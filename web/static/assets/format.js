@@ -1,0 +1,106 @@
+// Formatting helpers for the JSON the API returns (protojson with proto
+// field names): enums are full names, uint64 values are strings, durations
+// are strings like "1.5s", timestamps are RFC 3339.
+
+// enumName turns ACTIVITY_STATE_TIMED_OUT into "timed out" given the prefix.
+export function enumName(value, prefix) {
+  if (!value) return "";
+  let s = String(value);
+  if (s.startsWith(prefix)) s = s.slice(prefix.length);
+  return s.toLowerCase().replace(/_/g, " ");
+}
+
+// seconds parses a protojson duration ("1.500s") into seconds; 0 if unset.
+export function seconds(d) {
+  if (!d) return 0;
+  const n = parseFloat(d);
+  return Number.isFinite(n) ? n : 0;
+}
+
+// human renders a span of seconds compactly: 850ms, 12.3s, 4m05s, 2h10m, 3d4h.
+export function human(sec) {
+  if (!Number.isFinite(sec)) return "";
+  const neg = sec < 0;
+  sec = Math.abs(sec);
+  let out;
+  if (sec < 1) out = `${Math.round(sec * 1000)}ms`;
+  else if (sec < 60) out = `${sec < 10 ? sec.toFixed(1) : Math.round(sec)}s`;
+  else if (sec < 3600) out = `${Math.floor(sec / 60)}m${pad(Math.floor(sec % 60))}s`;
+  else if (sec < 86400) out = `${Math.floor(sec / 3600)}h${pad(Math.floor((sec % 3600) / 60))}m`;
+  else out = `${Math.floor(sec / 86400)}d${Math.floor((sec % 86400) / 3600)}h`;
+  return neg ? `-${out}` : out;
+}
+
+// ago renders how long before now a timestamp was, coarsely (whole seconds
+// below a minute), so that a table refreshed every few seconds changes as
+// little text as possible.
+export function ago(ts, now = Date.now()) {
+  const t = millis(ts);
+  if (!t) return "—";
+  const sec = Math.max(0, (now - t) / 1000);
+  if (sec < 1) return "now";
+  if (sec < 60) return `${Math.floor(sec)}s ago`;
+  return `${human(sec)} ago`;
+}
+
+// millis parses an RFC 3339 timestamp into epoch milliseconds; 0 if unset.
+export function millis(ts) {
+  if (!ts) return 0;
+  const t = Date.parse(ts);
+  return Number.isFinite(t) ? t : 0;
+}
+
+function pad(n, w = 2) {
+  return String(n).padStart(w, "0");
+}
+
+// clock renders a timestamp as local time: HH:MM:SS.mmm today, with the
+// date in front otherwise.
+export function clock(ts) {
+  const t = millis(ts);
+  if (!t) return "—";
+  const d = new Date(t);
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+  const today = new Date();
+  if (d.toDateString() === today.toDateString()) return time;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
+}
+
+// span is the time between two timestamps in seconds, up to now when the
+// second is unset; NaN when the first is unset.
+export function span(from, to) {
+  const a = millis(from);
+  if (!a) return NaN;
+  const b = to ? millis(to) : Date.now();
+  return (b - a) / 1000;
+}
+
+// bytes decodes a protojson bytes field (base64) for display: the text when
+// it is UTF-8, else a size.
+export function bytes(b64, limit = 4000) {
+  if (!b64) return "";
+  let raw;
+  try {
+    raw = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  } catch {
+    return `(${b64.length} base64 chars)`;
+  }
+  try {
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(raw);
+    return text.length > limit ? `${text.slice(0, limit)}… (${raw.length} bytes)` : text;
+  } catch {
+    return `(${raw.length} bytes, binary)`;
+  }
+}
+
+// placement renders a namespace's placement: "unplaced", "pinned n1, n2".
+export function placement(p) {
+  const mode = enumName(p && p.mode, "PLACEMENT_MODE_") || "unplaced";
+  const nodes = (p && p.nodes) || [];
+  return nodes.length ? `${mode} ${nodes.join(", ")}` : mode;
+}
+
+// count renders a number with thin grouping.
+export function count(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
