@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/aion-run/aion/internal/store"
 )
@@ -37,6 +39,50 @@ type Minter struct {
 	policy AutoCreate
 	// created is told about every namespace this minter created; nil is fine.
 	created func(store.Namespace)
+
+	// known caches records, so a busy server does not write a namespace's
+	// last-seen time on every registration; it refreshes it at most once
+	// per refreshEvery. Placement changes go through the minter and update it.
+	mu    sync.Mutex
+	known map[string]cached
+}
+
+type cached struct {
+	ns     store.Namespace
+	seenAt time.Time
+}
+
+// refreshEvery bounds how stale a namespace's last-seen time may be.
+const refreshEvery = time.Minute
+
+func (m *Minter) cachedRecord(name string) (store.Namespace, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.known[name]
+	if !ok || time.Since(c.seenAt) > refreshEvery {
+		return store.Namespace{}, false
+	}
+	return c.ns, true
+}
+
+func (m *Minter) remember(ns store.Namespace) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.known == nil {
+		m.known = make(map[string]cached)
+	}
+	m.known[ns.Name] = cached{ns: ns, seenAt: time.Now()}
+}
+
+// SetPlacement changes a namespace's placement durably and in the cache;
+// a missing namespace is an error wrapping store.ErrNotFound.
+func (m *Minter) SetPlacement(ctx context.Context, name string, p store.Placement) (store.Namespace, error) {
+	ns, err := m.store.SetPlacement(ctx, name, p)
+	if err != nil {
+		return store.Namespace{}, err
+	}
+	m.remember(ns)
+	return ns, nil
 }
 
 // NewMinter returns a minter over s with the given policy. onCreate, when not
@@ -55,6 +101,10 @@ func (m *Minter) Ensure(ctx context.Context, names []string, origin store.Origin
 	out := make([]store.Namespace, 0, len(names))
 	if m.policy == Closed {
 		for _, name := range names {
+			if ns, ok := m.cachedRecord(name); ok {
+				out = append(out, ns)
+				continue
+			}
 			ns, err := m.store.GetNamespace(ctx, name)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, fmt.Errorf("namespace %q does not exist and auto-create is closed: %w", name, ErrUnknown)
@@ -62,11 +112,16 @@ func (m *Minter) Ensure(ctx context.Context, names []string, origin store.Origin
 			if err != nil {
 				return nil, fmt.Errorf("look up namespace %q: %w", name, err)
 			}
+			m.remember(ns)
 			out = append(out, ns)
 		}
 		return out, nil
 	}
 	for _, name := range names {
+		if ns, ok := m.cachedRecord(name); ok {
+			out = append(out, ns)
+			continue
+		}
 		ns, err := m.register(ctx, name, origin)
 		if err != nil {
 			return nil, err
@@ -86,6 +141,7 @@ func (m *Minter) Create(ctx context.Context, name string) (store.Namespace, bool
 	if err != nil {
 		return store.Namespace{}, false, fmt.Errorf("create namespace %q: %w", name, err)
 	}
+	m.remember(ns)
 	if created && m.created != nil {
 		m.created(ns)
 	}
@@ -97,6 +153,7 @@ func (m *Minter) register(ctx context.Context, name string, origin store.Origin)
 	if err != nil {
 		return store.Namespace{}, fmt.Errorf("mint namespace %q: %w", name, err)
 	}
+	m.remember(ns)
 	if created && m.created != nil {
 		m.created(ns)
 	}

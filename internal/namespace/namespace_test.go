@@ -162,3 +162,26 @@ func TestParseAutoCreate(t *testing.T) {
 		t.Fatalf("parse Open: err = %v, want a refusal naming the value", err)
 	}
 }
+
+// The minter caches records; a placement change through it is seen at once.
+func TestPlacementChangeReachesAdmissionAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := b.minter(namespace.Open)
+	ctx := context.Background()
+	if err := m.AdmitWorker(ctx, []string{"gpu"}, ""); err != nil {
+		t.Fatalf("first registration: %v", err)
+	}
+	if _, err := m.SetPlacement(ctx, "gpu", store.Placement{Mode: store.Pinned, Nodes: []string{"n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AdmitWorker(ctx, []string{"gpu"}, ""); !errors.Is(err, namespace.ErrPlacement) {
+		t.Fatalf("node-less worker after pinning: %v, want ErrPlacement", err)
+	}
+	if err := m.AdmitWorker(ctx, []string{"gpu"}, "n1"); err != nil {
+		t.Fatalf("n1 worker after pinning: %v", err)
+	}
+	if _, err := m.SetPlacement(ctx, "never", store.Placement{Mode: store.Prefer, Nodes: []string{"n"}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("placing an unknown namespace: %v", err)
+	}
+}

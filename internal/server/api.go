@@ -188,7 +188,7 @@ func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacem
 	if err := namespace.Authorize(n.s.caller(ctx), r.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
-	ns, err := n.s.st.SetPlacement(ctx, r.GetName(), p)
+	ns, err := n.s.minter.SetPlacement(ctx, r.GetName(), p)
 	if err != nil {
 		return nil, toStatus(err)
 	}
