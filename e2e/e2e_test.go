@@ -230,6 +230,12 @@ func TestTimeoutsAndStaleResultsAcrossProcesses(t *testing.T) {
 		t.Fatalf("start-to-close: %s %+v", a.State, a.Failure)
 	}
 
+	h = c.schedule(client.ScheduleOptions{Namespace: "to", ID: "whole", ActivityType: "sleep",
+		ScheduleToCloseTimeout: 500 * time.Millisecond, StartToCloseTimeout: 10 * time.Second}, map[string]int{"ms": 3000})
+	if a := c.wait("to", h.ID); a.State != client.StateTimedOut || a.Failure.Type != "schedule_to_close_timeout" {
+		t.Fatalf("schedule-to-close: %s %+v", a.State, a.Failure)
+	}
+
 	// Heartbeat: a stopped worker process sends nothing.
 	h = c.schedule(client.ScheduleOptions{Namespace: "to", ID: "frozen", ActivityType: "sleep",
 		HeartbeatTimeout: 600 * time.Millisecond, RetryPolicy: noRetry}, map[string]int{"ms": 5000})
