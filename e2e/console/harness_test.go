@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,14 +81,18 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// startServer starts a real server on loopback ports with its own data dir.
-func startServer(t *testing.T) *server.Server {
+// startServer starts a real server on loopback ports with its own data dir;
+// opts may change the configuration first.
+func startServer(t *testing.T, opts ...func(*server.Config)) *server.Server {
 	t.Helper()
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	cfg.SQLiteSync = "normal"
 	cfg.DrainTimeout = 2 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("AION_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -235,6 +240,11 @@ func exists(selector string) string {
 	return fmt.Sprintf("document.querySelector(%s) !== null", jsString(selector))
 }
 
+// visible is a JavaScript expression: the selected element is rendered.
+func visible(selector string) string {
+	return fmt.Sprintf("(document.querySelector(%s)?.checkVisibility() ?? false)", jsString(selector))
+}
+
 // textOf is a JavaScript expression: the selected element's text, or "".
 func textOf(selector string) string {
 	return fmt.Sprintf(`((document.querySelector(%s) || {}).textContent || "")`, jsString(selector))
@@ -250,7 +260,7 @@ func (p *page) fatalWithState(format string, args ...any) {
 	p.t.Helper()
 	state, _ := evaluate[string](p, `JSON.stringify({
 		conn: document.getElementById("conn")?.dataset.state,
-		workers: [...document.querySelectorAll("#workers-body tr")].map(r => r.textContent).slice(0, 20),
+		workers: [...document.querySelectorAll("#workers-body [data-worker-id]")].map(r => r.textContent).slice(0, 20),
 		namespaces: [...document.querySelectorAll("#namespaces-body tr")].map(r => r.textContent),
 		activities: [...document.querySelectorAll("#activities-body tr")].map(r => r.textContent).slice(0, 10),
 		detail: document.getElementById("activity-detail")?.textContent,
@@ -326,12 +336,44 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			p.mu.Lock()
-			t.Logf("--- output of %s ---\n%s", name, p.out.String())
-			p.mu.Unlock()
+			t.Logf("--- output of %s ---\n%s", name, p.output())
 		}
 	})
 	return p
+}
+
+// output returns what the process printed so far.
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// serving is the server's log line naming the addresses it listens on.
+var serving = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+
+// startServerProcess runs `aion dev` on loopback ports it picks itself and
+// returns its gRPC and HTTP addresses. It is the binary as users run it:
+// built without the race detector even when the tests run with it.
+func startServerProcess(t *testing.T) (grpcAddr, httpAddr string) {
+	t.Helper()
+	p := startProc(t, "aion dev", "dev", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := serving.FindStringSubmatch(p.output()); m != nil {
+			return m[1], m[2]
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("aion dev exited before serving:\n%s", p.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("aion dev not serving within 20s:\n%s", p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -360,11 +402,20 @@ func getJSON(t *testing.T, url string, out any) {
 // sendJSON sends a JSON body with method and checks for 200.
 func sendJSON(t *testing.T, method, url, body string) {
 	t.Helper()
+	sendJSONAs(t, "", method, url, body)
+}
+
+// sendJSONAs is sendJSON with a bearer token, when not empty.
+func sendJSONAs(t *testing.T, token, method, url, body string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -33,8 +33,17 @@ function h(tag, props, ...children) {
   return el;
 }
 
-async function api(path, init) {
-  const res = await fetch(path, { headers: { Accept: "application/json" }, ...init });
+// The token (API key or JWT) for a server that runs with authentication:
+// asked for when the server answers 401 or 403, kept for this tab only, sent
+// as a bearer token, and as access_token to the event stream (an
+// EventSource cannot set headers).
+const TOKEN_KEY = "aion.console.token";
+let token = sessionStorage.getItem(TOKEN_KEY) || "";
+
+async function api(path, init = {}) {
+  const headers = { Accept: "application/json", ...init.headers };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(path, { ...init, headers });
   const text = await res.text();
   let body = {};
   try {
@@ -42,9 +51,43 @@ async function api(path, init) {
   } catch {
     body = { message: text };
   }
-  if (!res.ok) throw new Error(`${body.code || res.status}: ${body.message || res.statusText}`);
+  if (!res.ok) {
+    const err = new Error(`${body.code || res.status}: ${body.message || res.statusText}`);
+    err.status = res.status;
+    if (res.status === 401 || res.status === 403) askForToken(err.message);
+    throw err;
+  }
   return body;
 }
+
+function askForToken(why) {
+  $("auth-msg").textContent = token ? `The token was refused (${why}).` : "This server needs a token.";
+  $("auth-msg").title = why;
+  $("auth").hidden = false;
+  $("auth-forget").hidden = !token;
+}
+
+$("auth").addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = $("auth-token").value.trim();
+  $("auth-token").value = "";
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  $("auth").hidden = true;
+  $("auth-forget").hidden = !token;
+  retryMs = RETRY_MIN_MS;
+  connect();
+  loadActivities();
+});
+
+$("auth-forget").addEventListener("click", () => {
+  token = "";
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("auth-forget").hidden = true;
+  if (source) source.close();
+  source = null;
+  connect();
+});
 
 // ---------------------------------------------------------------- state
 
@@ -174,6 +217,18 @@ $("workers-body").addEventListener("click", async (e) => {
   }
 });
 
+// countWorker adds (+1) or removes (-1) a worker from the per-namespace
+// counts: O(its namespaces) per event, not O(workers).
+function countWorker(w, delta) {
+  for (const ns of w.namespaces || []) {
+    const n = (state.nsWorkers.get(ns) || 0) + delta;
+    if (n > 0) state.nsWorkers.set(ns, n);
+    else state.nsWorkers.delete(ns);
+    namespacesTable.mark(ns);
+  }
+}
+
+// recountNamespaceWorkers counts from scratch, after a snapshot.
 function recountNamespaceWorkers() {
   const m = new Map();
   for (const w of state.workers.values()) {
@@ -204,7 +259,7 @@ async function refreshWorkers() {
       if (draining) cur.state = "WORKER_STATE_DRAINING"; // draining is one-way
     }
   } catch (err) {
-    if (state.live) note("error", `refresh workers: ${err.message}`);
+    if (state.live && !err.status) note("error", `refresh workers: ${err.message}`);
   } finally {
     refreshing = false;
     workersTable.markAll();
@@ -368,10 +423,12 @@ function connect() {
   if (source) source.close();
   setConn(state.snapshots ? "reconnecting" : "connecting", state.snapshots ? "reconnecting…" : "connecting…");
   if (!state.snapshots) performance.mark("aion-stream-open");
-  const es = new EventSource("/api/v1/events");
+  const es = new EventSource(token ? `/api/v1/events?access_token=${encodeURIComponent(token)}` : "/api/v1/events");
   source = es;
+  let opened = false; // this connection delivered its snapshot
   es.addEventListener("snapshot", (m) => {
     if (source !== es) return;
+    opened = true;
     if (!state.snapshots) performance.mark("aion-snapshot-arrived");
     onSnapshot(JSON.parse(m.data));
   });
@@ -391,7 +448,26 @@ function connect() {
         /* keep the generic reason */
       }
     }
-    resubscribe(why);
+    if (opened) {
+      resubscribe(why);
+      return;
+    }
+    // It failed before its snapshot: the server may be down, or refusing
+    // us (an EventSource does not say which). Ask the same question with a
+    // fetch, which tells; a refusal waits for a token instead of retrying.
+    es.close();
+    api("/api/v1/workers?namespace=aion-console-probe").then(
+      () => source === es && resubscribe(why),
+      (err) => {
+        if (source !== es) return;
+        if (err.status === 401 || err.status === 403) {
+          source = null;
+          setConn("unauthorized", "needs a token");
+        } else {
+          resubscribe(why);
+        }
+      },
+    );
   });
 }
 
@@ -430,6 +506,7 @@ function onSnapshot(ev) {
   const snap = ev.snapshot || {};
   state.lastSeq = Number(ev.sequence || 0);
   state.snapshots++;
+  workersTable.quiet = namespacesTable.quiet = true;
   state.workers = replace(state.workers, snap.workers || [], (w) => w.id, workersTable);
   state.namespaces = replace(state.namespaces, snap.namespaces || [], (n) => n.name, namespacesTable);
   setPools(snap.pools);
@@ -454,9 +531,11 @@ function onDelta(kind, ev) {
   switch (kind) {
     case "worker_connected": {
       const w = ev.worker_connected.worker;
+      const had = state.workers.get(w.id);
+      if (had) countWorker(had, -1);
       state.workers.set(w.id, w);
+      countWorker(w, +1);
       workersTable.mark(w.id);
-      recountNamespaceWorkers();
       break;
     }
     case "worker_draining": {
@@ -469,9 +548,10 @@ function onDelta(kind, ev) {
     }
     case "worker_disconnected": {
       const id = ev.worker_disconnected.worker_id;
+      const had = state.workers.get(id);
+      if (had) countWorker(had, -1);
       state.workers.delete(id);
       workersTable.mark(id);
-      recountNamespaceWorkers();
       break;
     }
     case "namespace_created":
@@ -547,32 +627,25 @@ const activitiesTable = new KeyedTable($("activities-body"), {
   ],
 });
 
-const nsOptions = new Map();
 let nsOptionsDirty = false;
 
+// syncNamespaceOptions keeps the namespace filter's options equal to the
+// known namespaces (plus the chosen one, if it is not known yet), sorted.
 function syncNamespaceOptions() {
   const sel = $("act-ns");
-  const names = [...state.namespaces.keys()].sort();
-  for (const [name, opt] of nsOptions) {
-    if (!state.namespaces.has(name) && name !== acts.ns) {
-      opt.remove();
-      nsOptions.delete(name);
-    }
-  }
-  for (const name of names) {
-    if (nsOptions.has(name)) continue;
-    const opt = h("option", { value: name }, name);
-    nsOptions.set(name, opt);
-    const after = [...nsOptions.keys()].sort().find((n) => n > name);
-    sel.insertBefore(opt, after ? nsOptions.get(after) : null);
+  const names = [...state.namespaces.keys()];
+  if (acts.ns && !state.namespaces.has(acts.ns)) names.push(acts.ns);
+  names.sort();
+  const opts = sel.options;
+  if (names.length !== opts.length || names.some((n, i) => opts[i].value !== n)) {
+    sel.replaceChildren(...names.map((n) => h("option", { value: n }, n)));
   }
   if (!acts.ns && names.length) {
     acts.ns = names[0];
-    sel.value = acts.ns;
+    activitiesTable.quiet = true;
     loadActivities();
-  } else if (acts.ns) {
-    sel.value = acts.ns;
   }
+  sel.value = acts.ns;
 }
 
 function writeHash() {
@@ -592,16 +665,13 @@ function readHash() {
   acts.type = q.get("type") || "";
   $("act-state").value = acts.state;
   $("act-type").value = acts.type;
-  if (acts.ns && !nsOptions.has(acts.ns)) {
-    const opt = h("option", { value: acts.ns }, acts.ns);
-    nsOptions.set(acts.ns, opt);
-    $("act-ns").append(opt);
-  }
-  if (acts.ns) $("act-ns").value = acts.ns;
+  syncNamespaceOptions();
   if (acts.ns && q.get("activity")) openDetail(acts.ns, q.get("activity"));
 }
 
-async function loadActivities() {
+// loadActivities reads the current page; background is the periodic
+// refresh, which keeps the status line quiet.
+async function loadActivities(background = false) {
   const empty = $("activities-empty");
   if (!acts.ns) {
     activitiesTable.flushOrdered([], () => undefined);
@@ -612,10 +682,10 @@ async function loadActivities() {
   const q = new URLSearchParams({ namespace: acts.ns, page_size: String(PAGE_SIZE) });
   if (acts.state) q.set("state", acts.state);
   if (acts.type) q.set("type", acts.type);
-  const token = acts.tokens[acts.page];
-  if (token) q.set("page_token", token);
+  const pageToken = acts.tokens[acts.page];
+  if (pageToken) q.set("page_token", pageToken);
   const req = ++acts.req;
-  $("act-status").textContent = "loading…";
+  if (!background) $("act-status").textContent = "loading…";
   let res;
   try {
     res = await api(`/api/v1/activities?${q}`);
@@ -631,6 +701,7 @@ async function loadActivities() {
     list.map((a) => a.id),
     (id) => acts.items.get(id),
   );
+  for (const row of activitiesTable.rows.values()) row.tr.tabIndex = 0; // Enter opens it
   markSelected();
   empty.textContent = acts.page ? "No more activities." : "No activities match.";
   empty.hidden = list.length > 0;
@@ -646,6 +717,7 @@ function applyFilter() {
   acts.type = $("act-type").value.trim();
   acts.tokens = [""];
   acts.page = 0;
+  activitiesTable.quiet = true; // a new list, not new activities
   writeHash();
   loadActivities();
 }
@@ -660,16 +732,22 @@ $("act-next").addEventListener("click", () => {
   if (!acts.next) return;
   acts.tokens[acts.page + 1] = acts.next;
   acts.page++;
+  activitiesTable.quiet = true;
   loadActivities();
 });
 $("act-prev").addEventListener("click", () => {
   if (acts.page === 0) return;
   acts.page--;
+  activitiesTable.quiet = true;
   loadActivities();
 });
 $("activities-body").addEventListener("click", (e) => {
   const tr = e.target.closest("tr[data-activity-id]");
   if (tr) openDetail(acts.ns, tr.dataset.activityId);
+});
+$("activities-body").addEventListener("keydown", (e) => {
+  const tr = e.target.closest("tr[data-activity-id]");
+  if (tr && e.key === "Enter") openDetail(acts.ns, tr.dataset.activityId);
 });
 
 function markSelected() {
@@ -879,7 +957,7 @@ function renderBacklogTotal() {
 function tick() {
   if (document.visibilityState !== "visible") return;
   if (state.live) refreshWorkers();
-  if ($("act-live").checked && acts.ns) loadActivities();
+  if ($("act-live").checked && acts.ns) loadActivities(true);
   const d = acts.detail;
   if (d) {
     const a = acts.detailJSON ? JSON.parse(acts.detailJSON) : null;
@@ -889,7 +967,9 @@ function tick() {
   schedule();
 }
 
+$("auth-forget").hidden = !token;
 readHash();
+if (acts.ns) loadActivities();
 connect();
 setInterval(tick, REFRESH_MS);
 window.addEventListener("hashchange", () => {

@@ -23,6 +23,9 @@ export class KeyedTable {
     this.compare = compare;
     this.rowState = rowState;
     this.filter = null;
+    // quiet: the next flush adds rows without the new-row highlight (rows
+    // from a snapshot are not news).
+    this.quiet = true;
     this.rows = new Map();
     this.order = [];
     this.dirty = new Set();
@@ -113,6 +116,8 @@ export class KeyedTable {
     const added = [];
     let removed = false;
     const bulk = this.dirty.size > 64;
+    const fresh = !bulk && !this.quiet;
+    this.quiet = false;
     for (const key of this.dirty) {
       const item = get(key);
       let row = this.rows.get(key);
@@ -125,7 +130,7 @@ export class KeyedTable {
         continue;
       }
       if (!row) {
-        row = this.create(key, !bulk);
+        row = this.create(key, fresh);
         added.push(key);
       }
       this.paint(row, item, now);
@@ -163,6 +168,8 @@ export class KeyedTable {
 
   // flushOrdered shows exactly keys, in that order (a server-ordered page).
   flushOrdered(keys, get, now = Date.now()) {
+    const fresh = this.order.length > 0 && !this.quiet;
+    this.quiet = false;
     const want = new Set(keys);
     for (const [key, row] of this.rows) {
       if (!want.has(key)) {
@@ -171,7 +178,7 @@ export class KeyedTable {
       }
     }
     for (const key of keys) {
-      const row = this.rows.get(key) || this.create(key, this.order.length > 0);
+      const row = this.rows.get(key) || this.create(key, fresh);
       this.paint(row, get(key), now);
     }
     this.dirty.clear();
