@@ -1136,10 +1136,12 @@ func (x *PlacementChanged) GetNamespace() *Namespace {
 	return nil
 }
 
-// PoolStatsUpdate reports current load figures for the pools that changed.
+// PoolStatsUpdate reports the load of every pool with workers or waiting work. The server samples
+// once a second and sends the sample when any figure changed since the last one sent; a pool
+// missing from it has neither workers nor waiting work any more.
 type PoolStatsUpdate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The pools whose figures changed.
+	// Every pool with workers or waiting work, ordered by namespace then task queue.
 	Pools         []*PoolStats `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
