@@ -67,6 +67,8 @@ type Worker struct {
 	slots         int
 	delivery      Delivery
 	connectedAt   time.Time
+	identity      string
+	sdkVersion    string
 	capabilities  atomic.Uint32
 
 	// Guarded by Registry.mu.
@@ -199,6 +201,8 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 		slots:         spec.Slots,
 		delivery:      spec.Delivery,
 		connectedAt:   time.Now(),
+		identity:      spec.Identity,
+		sdkVersion:    spec.SDKVersion,
 	}
 	w.capabilities.Store(uint32(spec.Capabilities))
 
@@ -617,6 +621,8 @@ func (w *Worker) infoLocked() WorkerInfo {
 		Capabilities:  w.Capabilities(),
 		Transport:     w.delivery.Transport(),
 		ConnectedAt:   w.connectedAt,
+		Identity:      w.identity,
+		SDKVersion:    w.sdkVersion,
 	}
 }
 

@@ -151,6 +151,8 @@ type Spec struct {
 	Capabilities Capabilities
 	// Delivery reaches the worker.
 	Delivery Delivery
+	// Identity and SDKVersion are what the worker says it is, for listings.
+	Identity, SDKVersion string
 }
 
 // WorkerInfo is a point-in-time copy of a worker's registration and state.
@@ -166,6 +168,8 @@ type WorkerInfo struct {
 	Capabilities  Capabilities
 	Transport     Transport
 	ConnectedAt   time.Time
+	Identity      string
+	SDKVersion    string
 }
 
 // Census counts what the registry holds; after every worker has left, every

@@ -66,6 +66,8 @@ func workerToProto(w registry.WorkerInfo, lastSeen time.Time, peer string) *aion
 		LastHeartbeatTime: ts(lastSeen),
 		Capabilities:      capabilitiesToProto(w.Capabilities),
 		Peer:              peer,
+		Identity:          w.Identity,
+		SdkVersion:        w.SDKVersion,
 	}
 }
 

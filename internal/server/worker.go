@@ -442,7 +442,17 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 		ActivityTypes: r.GetActivityTypes(),
 		Slots:         slots,
 		Capabilities:  caps,
+		Identity:      clipText(r.GetIdentity(), 256),
+		SDKVersion:    clipText(r.GetSdkVersion(), 64),
 	}, nil
+}
+
+// clipText bounds free text a worker sends about itself.
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // sweep deregisters workers silent for longer than the heartbeat window.
