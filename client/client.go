@@ -95,8 +95,8 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
-// ActivityService returns the raw generated gRPC client, for calls the SDK
-// does not wrap (Intervene, for example).
+// ActivityService returns the raw generated gRPC client, for fields or
+// calls the SDK does not wrap.
 func (c *Client) ActivityService() aionv1.ActivityServiceClient { return c.activities }
 
 // NamespaceService returns the raw generated gRPC client.

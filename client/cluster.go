@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
@@ -11,11 +12,15 @@ import (
 
 // Worker is a connected worker as the server sees it.
 type Worker struct {
-	ID                uint64    `json:"id"`
-	Namespaces        []string  `json:"namespaces"`
-	TaskQueue         string    `json:"task_queue"`
-	Node              string    `json:"node,omitempty"`
-	ActivityTypes     []string  `json:"activity_types"`
+	ID            uint64   `json:"id"`
+	Namespaces    []string `json:"namespaces"`
+	TaskQueue     string   `json:"task_queue"`
+	Node          string   `json:"node,omitempty"`
+	ActivityTypes []string `json:"activity_types"`
+	// Capabilities are the intervention primitives the worker advertised:
+	// "inject_message", "cancel", "pause_resume", "update_budget",
+	// "respond_to_approval".
+	Capabilities      []string  `json:"capabilities"`
 	Slots             int       `json:"slots"`
 	SlotsInUse        int       `json:"slots_in_use"`
 	Draining          bool      `json:"draining"`
@@ -32,6 +37,7 @@ func workerFromProto(w *aionv1.Worker) *Worker {
 		TaskQueue:         w.GetTaskQueue(),
 		Node:              w.GetNode(),
 		ActivityTypes:     w.GetActivityTypes(),
+		Capabilities:      capabilitiesFromProto(w.GetCapabilities()),
 		Slots:             int(w.GetSlots()),
 		SlotsInUse:        int(w.GetSlotsInUse()),
 		Draining:          w.GetState() == aionv1.WorkerState_WORKER_STATE_DRAINING,
@@ -40,6 +46,18 @@ func workerFromProto(w *aionv1.Worker) *Worker {
 		LastHeartbeatTime: timeFromProto(w.GetLastHeartbeatTime()),
 		Peer:              w.GetPeer(),
 	}
+}
+
+func capabilitiesFromProto(ps []aionv1.InterventionPrimitive) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		name, ok := strings.CutPrefix(p.String(), "INTERVENTION_PRIMITIVE_")
+		if !ok {
+			name = p.String() // a primitive this client does not know: its number
+		}
+		out = append(out, strings.ToLower(name))
+	}
+	return out
 }
 
 // ListWorkers returns the connected workers, ordered by id; a non-empty

@@ -1,6 +1,6 @@
 // Package client is the Go SDK for schedulers: it schedules activities on an
-// aion server, inspects them, waits for their outcome and manages
-// namespaces.
+// aion server, inspects them, waits for their outcome, cancels them, steers
+// running ones with interventions (Intervene), and manages namespaces.
 //
 // A Client wraps one gRPC connection and is safe for concurrent use. Payloads
 // and results are JSON: Schedule encodes its typed input with encoding/json,

@@ -146,3 +146,35 @@ func ExampleClient_SetPlacement() {
 	}
 	fmt.Println(ns.Name, ns.Placement) // vision pinned{gpu-a,gpu-b}
 }
+
+// Steer a running agent activity: inject a message, pause and resume it,
+// and cap its turns. Each command reaches the worker running the current
+// attempt only if that worker advertised the command's primitive.
+func ExampleClient_Intervene() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	for _, cmd := range []client.InterventionCommand{
+		client.InjectMessage("focus on the failing test first", client.PriorityInterrupt),
+		client.Pause(),
+		client.Resume(),
+		client.UpdateBudget(client.Budget{MaxTurns: new(uint32(10))}),
+	} {
+		res, err := c.Intervene(ctx, "agents", "fix-ci-1234", cmd)
+		if err != nil {
+			log.Fatal(err) // NotFound, InvalidArgument, PermissionDenied, ...
+		}
+		switch res.Outcome {
+		case client.InterventionDelivered:
+			fmt.Println(cmd.Kind(), "delivered to attempt", res.Attempt, "as", res.InterventionID)
+		case client.InterventionStaleTarget:
+			fmt.Println(cmd.Kind(), "not sent: the activity is not running")
+		case client.InterventionCapabilityNotSupported:
+			fmt.Println(cmd.Kind(), "not sent: its worker does not support it")
+		}
+	}
+}

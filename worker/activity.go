@@ -111,8 +111,10 @@ type attempt struct {
 	info        ActivityInfo
 	lastDetails []byte // from the previous attempt
 	cancel      context.CancelCauseFunc
+	iv          interventions
 
 	hbMu       sync.Mutex
+	hbLatest   []byte // the details of the latest heartbeat asked for
 	hbInterval time.Duration
 	hbLast     time.Time
 	hbPending  []byte
@@ -127,6 +129,7 @@ func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
 		key:         attemptKey{namespace: t.GetNamespace(), id: t.GetActivityId(), attempt: t.GetAttempt()},
 		lastDetails: t.GetLastHeartbeatDetails(),
 		hbInterval:  heartbeatEvery,
+		iv:          interventions{ch: make(chan Intervention, interventionBuffer)},
 		info: ActivityInfo{
 			Namespace:           t.GetNamespace(),
 			ActivityID:          t.GetActivityId(),
@@ -169,6 +172,7 @@ func (a *attempt) heartbeat(details []byte) {
 		a.hbMu.Unlock()
 		return
 	}
+	a.hbLatest = details
 	now := time.Now()
 	if a.hbTimer == nil && now.Sub(a.hbLast) >= a.hbInterval {
 		a.hbLast = now
@@ -182,6 +186,13 @@ func (a *attempt) heartbeat(details []byte) {
 		a.hbTimer = time.AfterFunc(a.hbLast.Add(a.hbInterval).Sub(now), a.flush)
 	}
 	a.hbMu.Unlock()
+}
+
+// latestDetails are the details of the latest heartbeat, to repeat them.
+func (a *attempt) latestDetails() []byte {
+	a.hbMu.Lock()
+	defer a.hbMu.Unlock()
+	return a.hbLatest
 }
 
 // flush is the throttle timer: it sends the latest pending details.

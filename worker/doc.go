@@ -39,6 +39,49 @@
 // reported as canceled. One canceled because the worker is stopping
 // (ErrWorkerStopping) is reported as a retryable "worker_stopping" failure.
 //
+// # Interventions
+//
+// An intervention is a command for a running attempt, sent by an operator or
+// a program through ActivityService.Intervene (client.Intervene, `aion
+// activity intervene`). The server sends one only to a worker that
+// advertised its primitive in Options.Capabilities, so advertise exactly
+// what the worker's handlers honour. The SDK answers every intervention
+// with exactly one acknowledgement (accepted or not, with a message), which
+// the server logs.
+//
+// Two kinds are control, applied by the SDK much as context cancellation
+// is: cancel cancels the handler's context (cause ErrActivityCanceled), and
+// pause / resume switch the attempt's pause state, which a handler honours
+// by calling WaitWhilePaused where it can safely stop (Paused reports the
+// state). The SDK acknowledges these itself, as accepted.
+//
+// The others are data for the handler: inject-message, update-budget and
+// respond-to-approval arrive on the channel Interventions(ctx) returns, as
+// Intervention values. The handler acknowledges each with Accept or
+// Decline; one it never takes, or takes and does not acknowledge, is
+// declined by the SDK when the handler returns.
+//
+//	ivs := worker.Interventions(ctx)
+//	for turn := 0; turn < maxTurns; turn++ {
+//		if _, err := worker.WaitWhilePaused(ctx); err != nil {
+//			return nil, err
+//		}
+//		select {
+//		case iv := <-ivs:
+//			if iv.Kind == worker.InterventionInjectMessage {
+//				transcript = append(transcript, iv.Message.Text)
+//				iv.Accept()
+//			} else {
+//				iv.Decline("not supported by this agent")
+//			}
+//		default:
+//		}
+//		// ... one turn ...
+//	}
+//
+// A command for an attempt the worker no longer runs, or for a primitive it
+// did not advertise, is declined with a message saying so.
+//
 // # Delivery
 //
 // Every result is kept until the server acknowledges it (ResultAck) and is

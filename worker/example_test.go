@@ -91,3 +91,74 @@ func ExampleNewError() {
 	})
 	_ = w.Run(context.Background())
 }
+
+// An agent-style activity that operators can steer while it runs: it takes
+// injected messages and budget changes between turns (an interrupt-priority
+// message cuts the current turn short), stops advancing while paused, and
+// stops when canceled. The worker advertises exactly what the handler
+// honours; the server sends nothing else.
+func ExampleInterventions() {
+	w, err := worker.New("127.0.0.1:50051", worker.Options{
+		Namespaces: []string{"agents"},
+		Capabilities: []worker.Capability{
+			worker.CapabilityInjectMessage,
+			worker.CapabilityUpdateBudget,
+			worker.CapabilityPauseResume, // applied by the SDK; see WaitWhilePaused
+			worker.CapabilityCancel,      // applied by the SDK: ctx is canceled
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	type Task struct {
+		Goal     string `json:"goal"`
+		MaxTurns int    `json:"max_turns"`
+	}
+	worker.RegisterActivity(w, "agent", func(ctx context.Context, task Task) ([]string, error) {
+		transcript := []string{"goal: " + task.Goal}
+		ivs := worker.Interventions(ctx)
+		apply := func(iv worker.Intervention) {
+			switch iv.Kind {
+			case worker.InterventionInjectMessage:
+				transcript = append(transcript, "user: "+iv.Message.Text)
+				iv.Accept()
+			case worker.InterventionUpdateBudget:
+				if iv.Budget.MaxTurns == nil {
+					iv.Decline("this agent has no token budget")
+					return
+				}
+				task.MaxTurns = int(*iv.Budget.MaxTurns)
+				iv.Accept()
+			default:
+				iv.Decline("not supported by this agent")
+			}
+		}
+		for turn := 0; turn < task.MaxTurns; turn++ {
+			// A safe point: wait here while an operator has paused us.
+			if _, err := worker.WaitWhilePaused(ctx); err != nil {
+				return nil, err
+			}
+			step := time.NewTimer(time.Second) // one model round trip
+		turnLoop:
+			for {
+				select {
+				case <-ctx.Done(): // canceled, timed out, or the worker is stopping
+					step.Stop()
+					return nil, ctx.Err()
+				case iv := <-ivs:
+					apply(iv)
+					if iv.Kind == worker.InterventionInjectMessage && iv.Message.Priority == worker.PriorityInterrupt {
+						step.Stop()
+						break turnLoop // answer the interruption in the next turn
+					}
+				case <-step.C:
+					transcript = append(transcript, fmt.Sprintf("assistant: turn %d", turn+1))
+					break turnLoop
+				}
+			}
+			worker.RecordHeartbeat(ctx, len(transcript))
+		}
+		return transcript, nil
+	})
+	_ = w.Run(context.Background())
+}

@@ -4,9 +4,12 @@ package worker
 // the real server, because they check how the worker copes with frames the
 // real aion server never sends: a task before RegisterAck, more tasks than
 // the worker has slots, results that are never acknowledged, a task of a
-// type the worker never registered, the same attempt twice, and a
+// type the worker never registered, the same attempt twice, a
 // HeartbeatAck with cancel_requested (the server cancels through
-// CancelActivity instead). Everything the real server can produce is tested
+// CancelActivity instead), and interventions the server gates away: for a
+// primitive the worker did not advertise, with no command, or for an
+// attempt the worker is not running (the real server answers stale_target
+// instead of sending those). Everything the real server can produce is tested
 // against it in run_test.go.
 
 import (
@@ -15,6 +18,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -407,6 +411,59 @@ func TestHeartbeatAnsweredCancelRequestedCancelsTheHandler(t *testing.T) {
 	if err := json.Unmarshal(r.GetCanceled().GetDetails(), &details); err != nil || details == "" {
 		t.Fatalf("canceled details = %s (%v), want the reason", r.GetCanceled().GetDetails(), err)
 	}
+	c.resultAck(r)
+	s.stop()
+	c.closeCleanly()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestInterventionsTheServerShouldNotSendAreDeclined(t *testing.T) {
+	t.Parallel()
+	took := make(chan Intervention, 1)
+	release := make(chan struct{})
+	s := newFakeSetup(t, Options{Capabilities: []Capability{CapabilityInjectMessage}}, func(w *Worker) {
+		RegisterActivity(w, "agent", func(ctx context.Context, _ struct{}) (struct{}, error) {
+			select {
+			case iv := <-Interventions(ctx):
+				took <- iv
+			case <-release:
+			}
+			return struct{}{}, nil
+		})
+	})
+	c := s.accepted(t)
+	c.task(fakeTask("a1", 3, "agent"))
+	inject := &aionv1.InterventionCommand{Command: &aionv1.InterventionCommand_InjectMessage{InjectMessage: &aionv1.InjectMessageCommand{Text: "hi"}}}
+	pause := &aionv1.InterventionCommand{Command: &aionv1.InterventionCommand_Pause{Pause: &aionv1.PauseCommand{}}}
+	for _, tc := range []struct {
+		id      string
+		attempt uint32
+		cmd     *aionv1.InterventionCommand
+		want    string
+	}{
+		{"a1", 3, pause, "did not advertise the pause_resume capability"},
+		{"a1", 3, &aionv1.InterventionCommand{}, "no command"},
+		{"a1", 3, nil, "no command"},
+		{"a1", 2, inject, "attempt ns/a1#2 is not running on this worker"},
+		{"gone", 1, inject, "attempt ns/gone#1 is not running on this worker"},
+	} {
+		c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_Intervention{Intervention: &aionv1.Intervention{
+			Namespace: "ns", ActivityId: tc.id, Attempt: tc.attempt, InterventionId: "iv-" + tc.want, Command: tc.cmd}}})
+		ack := c.next().GetInterventionAck()
+		if ack.GetInterventionId() != "iv-"+tc.want || ack.GetActivityId() != tc.id || ack.GetAttempt() != tc.attempt ||
+			ack.GetAccepted() || !strings.Contains(ack.GetMessage(), tc.want) {
+			t.Errorf("intervention %v for %s#%d: ack %v, want declined with %q", tc.cmd, tc.id, tc.attempt, ack, tc.want)
+		}
+	}
+	select {
+	case iv := <-took:
+		t.Fatalf("the handler was handed %+v", iv)
+	default:
+	}
+	close(release)
+	r := c.result()
 	c.resultAck(r)
 	s.stop()
 	c.closeCleanly()

@@ -303,7 +303,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 				pingC = pings.C
 				w.log.Info("aion worker registered", "worker_id", ack.GetWorkerId(), "namespaces", w.register.GetNamespaces(),
 					"task_queue", w.register.GetTaskQueue(), "node", w.register.GetNode(), "types", w.register.GetActivityTypes(),
-					"slots", w.register.GetSlots(), "heartbeat_window", ack.GetHeartbeatWindow().AsDuration(), "ping_interval", every,
+					"slots", w.register.GetSlots(), "capabilities", w.opts.Capabilities, "heartbeat_window", ack.GetHeartbeatWindow().AsDuration(), "ping_interval", every,
 					"resent_results", resent)
 				continue
 			}
@@ -492,20 +492,7 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 		}
 
 	case *aionv1.ServerMessage_Intervention:
-		in := f.Intervention
-		k := attemptKey{namespace: in.GetNamespace(), id: in.GetActivityId(), attempt: in.GetAttempt()}
-		ack := &aionv1.InterventionAck{Namespace: k.namespace, ActivityId: k.id, Attempt: k.attempt, InterventionId: in.GetInterventionId()}
-		switch cmd := in.GetCommand().GetCommand().(type) {
-		case *aionv1.InterventionCommand_Cancel:
-			if w.cancelAttempt(k, fmt.Errorf("%w: %s", ErrActivityCanceled, cmd.Cancel.GetReason())) {
-				ack.Accepted = true
-			} else {
-				ack.Message = "attempt is not running on this worker"
-			}
-		default:
-			ack.Message = fmt.Sprintf("the aion Go SDK does not handle %T yet", cmd)
-		}
-		out.push(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_InterventionAck{InterventionAck: ack}})
+		w.intervene(out, f.Intervention)
 
 	case *aionv1.ServerMessage_DrainRequest:
 		if d := f.DrainRequest.GetDeadline(); d != nil {

@@ -640,47 +640,6 @@ func TestCancellationsReachTheHandler(t *testing.T) {
 	}
 }
 
-func TestInterventionsTheSDKDoesNotHandleAreDeclined(t *testing.T) {
-	t.Parallel()
-	r := newRig(t)
-	release := r.gate()
-	run := r.start(t, Options{Capabilities: []Capability{CapabilityInjectMessage}}, func(w *Worker) {
-		RegisterActivity(w, "agent", func(ctx context.Context, _ struct{}) (string, error) {
-			RecordHeartbeat(ctx, "started")
-			select {
-			case <-release.ch:
-				return "finished", nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		})
-	})
-	id := r.schedule(t, client.ScheduleOptions{ActivityType: "agent"}, struct{}{})
-	r.until(t, id, "runs", func(a *client.Activity) bool { return len(a.LastHeartbeatDetails) > 0 })
-	resp, err := r.c.ActivityService().Intervene(waitCtx(t), &aionv1.InterveneRequest{Namespace: "ns", Id: id,
-		Command: &aionv1.InterventionCommand{Command: &aionv1.InterventionCommand_InjectMessage{
-			InjectMessage: &aionv1.InjectMessageCommand{Text: "hello"}}}})
-	if err != nil || resp.GetOutcome() != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_DELIVERED {
-		t.Fatalf("Intervene = %v, %v", resp, err)
-	}
-	var ack *aionv1.InterventionAck
-	servertest.Eventually(t, "the intervention ack", func() bool {
-		acks := run.wire.sentWhere(func(m *aionv1.WorkerMessage) bool { return m.GetInterventionAck() != nil })
-		if len(acks) > 0 {
-			ack = acks[0].msg.GetInterventionAck()
-		}
-		return ack != nil
-	})
-	if ack.GetAccepted() || ack.GetInterventionId() != resp.GetInterventionId() || !strings.Contains(ack.GetMessage(), "does not handle") {
-		t.Fatalf("ack = %v, want declined, naming intervention %s", ack, resp.GetInterventionId())
-	}
-	// The attempt goes on undisturbed.
-	release.open()
-	if a := r.wait(t, id); a.State != client.StateCompleted || string(a.Result) != `"finished"` {
-		t.Fatalf("activity = %+v", a)
-	}
-}
-
 func TestRegistrationRefusedWhileTheServerShutsDownIsRetried(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, servertest.DrainTimeout(10*time.Second))

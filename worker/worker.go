@@ -24,10 +24,12 @@ const SDKVersion = "aion-go/0.1.0"
 // Capability is an intervention primitive a worker can advertise.
 type Capability string
 
-// The intervention primitives. The Go SDK applies CapabilityCancel itself
-// (it cancels the handler's context with ErrActivityCanceled); other
-// commands are answered "not accepted" for now, so advertise them only once
-// the SDK grows handlers for them.
+// The intervention primitives. The SDK applies CapabilityCancel (it
+// cancels the handler's context with ErrActivityCanceled) and
+// CapabilityPauseResume (see Paused and WaitWhilePaused) itself; the others
+// reach the handler through Interventions. Advertise a primitive only if
+// the worker's handlers honour it: the server sends a command only to a
+// worker that advertised its primitive.
 const (
 	CapabilityInjectMessage     Capability = "inject_message"
 	CapabilityCancel            Capability = "cancel"
@@ -120,6 +122,7 @@ type Worker struct {
 	opts     Options
 	log      *slog.Logger
 	register *aionv1.Register
+	caps     map[Capability]bool // advertised
 	// ackGrace bounds the wait for ResultAcks after a stop; a variable so
 	// tests can shorten it.
 	ackGrace time.Duration
@@ -198,18 +201,23 @@ func New(address string, opts Options) (*Worker, error) {
 		Identity:   opts.Identity,
 		SdkVersion: SDKVersion,
 	}
+	caps := make(map[Capability]bool)
 	for _, c := range opts.Capabilities {
 		p, err := c.toProto()
 		if err != nil {
 			return nil, fmt.Errorf("worker: Options.Capabilities: %w", err)
 		}
-		reg.Capabilities = append(reg.Capabilities, p)
+		if !caps[c] {
+			reg.Capabilities = append(reg.Capabilities, p)
+		}
+		caps[c] = true
 	}
 	return &Worker{
 		address:         address,
 		opts:            opts,
 		log:             opts.Logger,
 		register:        reg,
+		caps:            caps,
 		ackGrace:        10 * time.Second,
 		registerTimeout: 30 * time.Second,
 		closeWait:       5 * time.Second,
@@ -400,6 +408,9 @@ func (w *Worker) runAttempt(ctx context.Context, a *attempt, h handlerFunc, payl
 			fmt.Sprintf("activity type %q is not registered on this worker", a.info.ActivityType), false, nil)
 	}
 	a.finish()
+	if n := a.iv.end(); n > 0 {
+		w.log.Warn("aion worker: interventions the handler did not acknowledge were declined", "activity", a.key.String(), "declined", n)
+	}
 	res := buildResult(ctx, a.key, out, err)
 	w.log.Debug("aion worker: attempt finished", "activity", a.key.String(), "type", a.info.ActivityType,
 		"outcome", outcomeName(res), "duration", time.Since(start))

@@ -15,15 +15,17 @@ import (
 func (a *app) activityCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "activity",
-		Short: "Schedule, inspect, list and wait for activities",
-		Long: `Schedule, inspect, list and wait for activities. Every subcommand prints text
-by default and JSON with --output json.`,
+		Short: "Schedule, inspect, list, wait for, cancel and steer activities",
+		Long: `Schedule, inspect, list, wait for, cancel and steer (intervene in) activities.
+Every subcommand prints text by default and JSON with --output json.`,
 		Example: `  aion activity schedule --namespace demo --type echo --input '{"hello":"world"}' --wait
   aion activity list --namespace demo --state failed
-  aion activity get 0193c0de-... --namespace demo --output json`,
+  aion activity get 0193c0de-... --namespace demo --output json
+  aion activity cancel 0193c0de-... --namespace demo --reason "not needed"
+  aion activity intervene 0193c0de-... --namespace demo --inject "check the logs first"`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.scheduleCommand(), a.getCommand(), a.listCommand(), a.waitCommand())
+	cmd.AddCommand(a.scheduleCommand(), a.getCommand(), a.listCommand(), a.waitCommand(), a.cancelCommand(), a.interveneCommand())
 	return cmd
 }
 

@@ -333,6 +333,8 @@ func TestDemoWorkerChecksFlags(t *testing.T) {
 		{nil, "--namespace"},
 		{[]string{"--namespace", "a,,b"}, "empty namespace"},
 		{[]string{"--namespace", "a", "--slots", "0"}, "--slots"},
+		{[]string{"--namespace", "a", "--capabilities", "cancel,fly"}, `--capabilities "fly"`},
+		{[]string{"--namespace", "a", "--capabilities", "none,cancel"}, `--capabilities "none"`},
 	} {
 		code, _, stderr := (&invocation{}).run(t, append([]string{"worker", "demo"}, tc.args...)...)
 		if code != exitError || !strings.Contains(stderr, tc.want) {

@@ -35,6 +35,12 @@ const (
 	// exitNotCompleted: the activity waited for ended failed, canceled or
 	// timed out.
 	exitNotCompleted = 2
+	// exitStaleTarget: an intervention was not sent because no live worker
+	// runs the targeted attempt.
+	exitStaleTarget = 3
+	// exitCapabilityNotSupported: an intervention was not sent because the
+	// worker running the attempt did not advertise its capability.
+	exitCapabilityNotSupported = 4
 )
 
 // Execute runs the aion command line with the process's arguments and

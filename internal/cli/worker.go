@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +41,27 @@ type demoFlags struct {
 	identity    string
 	stopTimeout time.Duration
 	exitOnDrain bool
+	caps        []string
+}
+
+// demoCapabilities are the intervention primitives the demo worker
+// advertises by default: everything its agent activity honours.
+var demoCapabilities = []string{"inject_message", "cancel", "pause_resume", "update_budget"}
+
+// parseCapabilities reads --capabilities: primitive names, or "none".
+func parseCapabilities(names []string) ([]worker.Capability, error) {
+	if len(names) == 1 && names[0] == "none" {
+		return nil, nil
+	}
+	known := []string{"inject_message", "cancel", "pause_resume", "update_budget", "respond_to_approval"}
+	var caps []worker.Capability
+	for _, n := range names {
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("--capabilities %q: want none, or some of %s", n, strings.Join(known, ", "))
+		}
+		caps = append(caps, worker.Capability(n))
+	}
+	return caps, nil
 }
 
 func (a *app) demoWorkerCommand() *cobra.Command {
@@ -46,7 +69,7 @@ func (a *app) demoWorkerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a worker with built-in demo activity types",
-		Long: `Run a worker serving three built-in activity types:
+		Long: `Run a worker serving four built-in activity types:
 
   echo    returns its input unchanged
   sleep   input {"ms":N}: sleeps N milliseconds, heartbeating with its progress
@@ -54,13 +77,32 @@ func (a *app) demoWorkerCommand() *cobra.Command {
           returns {"slept_ms":N}
   fail    input {"times":N}: fails the first N attempts (retryably), then
           returns {"attempts":K} where K is the attempt that succeeded
+  agent   input {"turns":N,"turn_ms":M} (defaults 3 and 1000): an agent loop
+          that runs N turns of M milliseconds, heartbeating after each, and
+          can be steered with 'aion activity intervene':
+            --inject TEXT   recorded after the current turn; with --interrupt
+                            the current turn is cut short and it is recorded
+                            at once
+            --pause/--resume  no new turn starts while paused
+            --max-turns K   at most K turns in all (--max-tokens is recorded)
+            --cancel        the attempt stops, canceled
+          returns {"turns_run":K,"messages":[{"text","priority","turn"}...],
+          "paused_ms":P,"interrupted_turns":I} (turn: turns run when the
+          message was handled)
+
+The worker advertises the intervention capabilities inject_message, cancel,
+pause_resume and update_budget (not respond_to_approval: the demo agent asks
+for no approvals); --capabilities replaces the list, --capabilities none
+advertises nothing.
 
 It logs one line per attempt. On SIGINT or SIGTERM it stops taking work,
 finishes what it has (up to --stop-timeout), and exits. When the server asks
 it to drain it finishes its work and reconnects (or exits with
 --exit-on-drain).`,
 		Example: `  aion worker demo --namespace demo --task-queue default
-  aion worker demo --namespace team-a,team-b --task-queue gpu --node gpu-a --slots 8`,
+  aion worker demo --namespace team-a,team-b --task-queue gpu --node gpu-a --slots 8
+  aion worker demo --namespace demo --capabilities inject_message,cancel
+  aion worker demo --namespace demo --capabilities none`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(f.namespaces) == 0 {
@@ -74,6 +116,10 @@ it to drain it finishes its work and reconnects (or exits with
 			if f.slots < 1 {
 				return fmt.Errorf("--slots %d: must be at least 1", f.slots)
 			}
+			caps, err := parseCapabilities(f.caps)
+			if err != nil {
+				return err
+			}
 			log := a.logger()
 			creds, err := a.transport()
 			if err != nil {
@@ -84,16 +130,17 @@ it to drain it finishes its work and reconnects (or exits with
 				dial = append(dial, grpc.WithTransportCredentials(creds))
 			}
 			w, err := worker.New(a.address, worker.Options{
-				DialOptions: dial,
-				Namespaces:  f.namespaces,
-				TaskQueue:   f.taskQueue,
-				Node:        f.node,
-				Slots:       f.slots,
-				Identity:    f.identity,
-				Token:       a.token,
-				Logger:      log,
-				StopTimeout: f.stopTimeout,
-				ExitOnDrain: f.exitOnDrain,
+				DialOptions:  dial,
+				Namespaces:   f.namespaces,
+				TaskQueue:    f.taskQueue,
+				Node:         f.node,
+				Slots:        f.slots,
+				Identity:     f.identity,
+				Token:        a.token,
+				Logger:       log,
+				StopTimeout:  f.stopTimeout,
+				ExitOnDrain:  f.exitOnDrain,
+				Capabilities: caps,
 			})
 			if err != nil {
 				return err
@@ -102,7 +149,7 @@ it to drain it finishes its work and reconnects (or exits with
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info("demo worker starting", "address", a.address, "namespaces", f.namespaces, "task_queue", f.taskQueue,
-				"node", f.node, "slots", f.slots, "types", []string{"echo", "sleep", "fail"})
+				"node", f.node, "slots", f.slots, "types", []string{"echo", "sleep", "fail", "agent"}, "capabilities", caps)
 			return w.Run(ctx)
 		},
 	}
@@ -115,6 +162,8 @@ it to drain it finishes its work and reconnects (or exits with
 	fl.StringVar(&f.identity, "identity", "", "name shown to operators (default host:pid)")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight attempts may keep running")
 	fl.BoolVar(&f.exitOnDrain, "exit-on-drain", false, "exit when the server asks this worker to drain, instead of reconnecting")
+	fl.StringSliceVar(&f.caps, "capabilities", demoCapabilities,
+		"intervention capabilities to advertise (comma-separated): inject_message, cancel, pause_resume, update_budget, respond_to_approval; or none")
 	return cmd
 }
 
@@ -134,12 +183,13 @@ type (
 	}
 )
 
-// registerDemo registers echo, sleep and fail, each logging one line per
-// attempt.
+// registerDemo registers echo, sleep, fail and agent, each logging one line
+// per attempt.
 func registerDemo(w *worker.Worker, log *slog.Logger) {
 	worker.RegisterActivity(w, "echo", logged(log, demoEcho))
 	worker.RegisterActivity(w, "sleep", logged(log, demoSleep))
 	worker.RegisterActivity(w, "fail", logged(log, demoFail))
+	worker.RegisterActivity(w, "agent", logged(log, demoAgent(log)))
 }
 
 // logged wraps a handler with one log line per attempt.

@@ -75,7 +75,21 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		if f == nil {
 			f = &store.Failure{Type: "error", Message: "the worker reported a failure without details", Retryable: true}
 		}
-		end.Attempt = e.endedAttemptLocked(a, now, store.OutcomeFailed, f)
+		// A handler stopped by its deadline races the server's own timer;
+		// a failure at or past a deadline is that timeout, whoever saw it first.
+		outcome := store.OutcomeFailed
+		t := a.rec.Timeouts
+		switch {
+		case t.ScheduleToClose > 0 && !now.Before(a.rec.ScheduledAt.Add(t.ScheduleToClose)):
+			f = &store.Failure{Type: FailureScheduleToClose, Details: f.Details,
+				Message: "activity exceeded its schedule-to-close timeout of " + t.ScheduleToClose.String() + " (worker: " + f.Message + ")"}
+			outcome = store.OutcomeTimedOut
+		case t.StartToClose > 0 && !now.Before(a.attemptStartedAt.Add(t.StartToClose)):
+			f = &store.Failure{Type: FailureStartToClose, Retryable: true, Details: f.Details,
+				Message: "attempt exceeded its start-to-close timeout of " + t.StartToClose.String() + " (worker: " + f.Message + ")"}
+			outcome = store.OutcomeTimedOut
+		}
+		end.Attempt = e.endedAttemptLocked(a, now, outcome, f)
 		e.decideLocked(a, f, &end, now)
 	}
 	e.leaveWorkerLocked(a)
