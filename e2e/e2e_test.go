@@ -147,7 +147,18 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Kill once real load has built up, however busy the machine is.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 150 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d activities acknowledged in 60s", n)
+		}
+	}
 	c.server.signal(syscall.SIGKILL)
 	c.server.exit(10 * time.Second)
 	time.Sleep(300 * time.Millisecond)
@@ -159,7 +170,7 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 	mu.Lock()
 	ids := append([]string(nil), acked...)
 	mu.Unlock()
-	if len(ids) < 100 {
+	if len(ids) < 150 {
 		t.Fatalf("only %d activities acknowledged; the load was too light to mean anything", len(ids))
 	}
 	completed := 0
