@@ -539,14 +539,6 @@ func (r *Registry) Lookup(id WorkerID) (WorkerInfo, bool) {
 	return w.infoLocked(), true
 }
 
-// Worker returns the live worker id, for delivering to it.
-func (r *Registry) Worker(id WorkerID) (*Worker, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := r.workers[id]
-	return w, w != nil
-}
-
 // IsRegistered reports whether worker id is connected.
 func (r *Registry) IsRegistered(id WorkerID) bool {
 	r.mu.Lock()
