@@ -1,0 +1,270 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+	fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
+	scheduled_at, started_at, ready_at, closed_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::jsonb, $14, $15, $16, $17, $18)
+	ON CONFLICT (namespace, id) DO NOTHING`
+
+// endActivitySet moves an open activity; $1..$10 are shared by both EndAttempt
+// statements. A closed or missing activity matches no row.
+const endActivitySet = `UPDATE activities SET state = $1, attempt = greatest(attempt, $2::integer),
+		started_at = CASE WHEN started_at = 0 THEN $3::bigint ELSE started_at END,
+		result = $4::bytea, failure = $5::jsonb, heartbeat = coalesce($6::bytea, heartbeat),
+		ready_at = $7::bigint, closed_at = $8::bigint
+	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`
+
+// endActivitySQL ends an activity without recording an attempt and returns
+// how many activities it changed.
+const endActivitySQL = `WITH up AS (` + endActivitySet + ` RETURNING 1)
+	SELECT count(*) FROM up`
+
+// endAttemptSQL ends an activity and, only if that changed it, records the
+// attempt, in one statement so a whole Apply is one pipelined batch.
+const endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
+	att AS (
+		INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
+		SELECT $9::text, $10::text, $11::integer, $12::bigint, $13::text, $14::bigint, $15::bigint, $16::text, $17::jsonb FROM up
+		ON CONFLICT (namespace, activity_id, number) DO UPDATE SET
+			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
+			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure
+	)
+	SELECT count(*) FROM up`
+
+// Apply implements store.ActivityStore. Every write is queued in one pgx
+// batch inside one transaction: the writes run in order, each sees the ones
+// before it, and the whole Apply costs one round trip plus the commit.
+func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
+	b := &pgx.Batch{}
+	for i, w := range writes {
+		switch w := w.(type) {
+		case store.InsertActivity:
+			a := w.Activity
+			timeouts, err := json.Marshal(a.Timeouts)
+			if err != nil {
+				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+			}
+			retry, err := json.Marshal(a.Retry)
+			if err != nil {
+				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+			}
+			b.Queue(insertActivitySQL, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
+				a.Fingerprint, timeouts, retry, string(a.State), a.Attempt, a.Result,
+				failureJSON(a.Failure), a.HeartbeatDetails,
+				nanos(a.ScheduledAt), nanos(a.StartedAt), nanos(a.ReadyAt), nanos(a.ClosedAt))
+		case store.EndAttempt:
+			args := []any{string(w.State), 0, nanos(w.StartedAt), w.Result,
+				failureJSON(w.ActivityFailure), w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID}
+			if at := w.Attempt; at != nil {
+				args[1] = at.Number
+				args = append(args, at.Number, int64(at.WorkerID), at.Node,
+					nanos(at.StartedAt), nanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
+				b.Queue(endAttemptSQL, args...)
+			} else {
+				b.Queue(endActivitySQL, args...)
+			}
+		default:
+			return nil, fmt.Errorf("apply %d writes: write %d: unknown write %T", len(writes), i, w)
+		}
+	}
+	changed := make([]bool, len(writes))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		br := tx.SendBatch(ctx, b)
+		for i, w := range writes {
+			var err error
+			switch w.(type) {
+			case store.InsertActivity:
+				var tag pgconn.CommandTag
+				tag, err = br.Exec()
+				changed[i] = tag.RowsAffected() > 0
+			case store.EndAttempt:
+				var n int64
+				err = br.QueryRow().Scan(&n)
+				changed[i] = n > 0
+			}
+			if err != nil {
+				br.Close()
+				return fmt.Errorf("write %d (%T): %w", i, w, err)
+			}
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
+	}
+	return changed, nil
+}
+
+const activityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
+
+// GetActivity implements store.ActivityStore.
+func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Activity, error) {
+	a, err := scanActivity(s.pool.QueryRow(ctx,
+		`SELECT `+activityColumns+` FROM activities WHERE namespace = $1 AND id = $2`, namespace, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, err)
+	}
+	return a, nil
+}
+
+// ListAttempts implements store.ActivityStore.
+func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store.Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure
+		FROM attempts WHERE namespace = $1 AND activity_id = $2 ORDER BY number`, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+	}
+	defer rows.Close()
+	var out []store.Attempt
+	for rows.Next() {
+		var (
+			at             store.Attempt
+			worker         int64
+			started, ended int64
+			outcome        string
+			failure        []byte
+		)
+		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
+			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		}
+		at.WorkerID = uint64(worker)
+		at.StartedAt, at.EndedAt = fromNanos(started), fromNanos(ended)
+		at.Outcome = store.AttemptOutcome(outcome)
+		if at.Failure, err = parseFailure(failure); err != nil {
+			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		}
+		out = append(out, at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+	}
+	return out, nil
+}
+
+// ListActivities implements store.ActivityStore.
+func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]store.Activity, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q := `SELECT ` + activityColumns + ` FROM activities WHERE namespace = $1`
+	args := []any{f.Namespace}
+	if f.State != "" {
+		args = append(args, string(f.State))
+		q += fmt.Sprintf(` AND state = $%d`, len(args))
+	}
+	if f.ActivityType != "" {
+		args = append(args, f.ActivityType)
+		q += fmt.Sprintf(` AND activity_type = $%d`, len(args))
+	}
+	if f.Before > 0 {
+		args = append(args, f.Before)
+		q += fmt.Sprintf(` AND seq < $%d`, len(args))
+	}
+	args = append(args, limit)
+	q += fmt.Sprintf(` ORDER BY seq DESC LIMIT $%d`, len(args))
+	return s.queryActivities(ctx, "list activities", q, args...)
+}
+
+// OpenActivities implements store.ActivityStore.
+func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
+	return s.queryActivities(ctx, "load open activities",
+		`SELECT `+activityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+}
+
+func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []store.Activity
+	for rows.Next() {
+		a, err := scanActivity(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+func scanActivity(row scanner) (store.Activity, error) {
+	var (
+		a                                  store.Activity
+		timeouts, retry, failure           []byte
+		state                              string
+		scheduled, started, ready, closedA int64
+	)
+	err := row.Scan(&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
+		&timeouts, &retry, &state, &a.Attempt, &a.Result, &failure, &a.HeartbeatDetails,
+		&scheduled, &started, &ready, &closedA)
+	if err != nil {
+		return store.Activity{}, err
+	}
+	if err := json.Unmarshal(timeouts, &a.Timeouts); err != nil {
+		return store.Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
+	}
+	if err := json.Unmarshal(retry, &a.Retry); err != nil {
+		return store.Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
+	}
+	a.State = store.ActivityState(state)
+	if a.Failure, err = parseFailure(failure); err != nil {
+		return store.Activity{}, fmt.Errorf("decode failure of %q: %w", a.ID, err)
+	}
+	a.ScheduledAt, a.StartedAt, a.ReadyAt, a.ClosedAt = fromNanos(scheduled), fromNanos(started), fromNanos(ready), fromNanos(closedA)
+	return a, nil
+}
+
+// failureJSON encodes f for a jsonb column; nil encodes as SQL NULL.
+func failureJSON(f *store.Failure) []byte {
+	if f == nil {
+		return nil
+	}
+	b, _ := json.Marshal(f)
+	return b
+}
+
+func parseFailure(b []byte) (*store.Failure, error) {
+	if b == nil {
+		return nil, nil
+	}
+	var f store.Failure
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

@@ -1,0 +1,280 @@
+// Package postgres is the clustered store: several aion nodes share one
+// PostgreSQL database through a pgx connection pool.
+//
+// Times are stored as bigint Unix nanoseconds (0 for the zero time), exactly
+// like the SQLite backend, so every time round-trips without losing the
+// nanoseconds a timestamptz would drop. Structured values (timeouts, retry
+// policies, failures, placement nodes) are jsonb.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is a store.Store on one PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database named by dsn (a postgres:// URL or a
+// key=value string; pgxpool settings such as pool_max_conns are honoured) and
+// brings its schema up to date. Several nodes may open the same database at
+// once: migrations are serialized by an advisory lock.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx redacts any password from the text of a parse error.
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// migrationLockKey identifies the advisory lock held while migrating
+// ("aion" "mig" as bytes). Advisory locks are per database, so stores on
+// different databases of one server do not contend.
+const migrationLockKey int64 = 0x61696f6e_6d6967
+
+// migrations are applied in order; schema_migrations records each version
+// (its index + 1) that has run. Append only: never edit one that has shipped.
+// A migration may hold several statements: it runs over the simple protocol.
+var migrations = []string{
+	`CREATE TABLE namespaces (
+		name         text PRIMARY KEY,
+		origin       text NOT NULL,
+		placement    text NOT NULL DEFAULT 'unplaced',
+		nodes        jsonb NOT NULL DEFAULT '[]',
+		created_at   bigint NOT NULL,
+		last_seen_at bigint NOT NULL
+	)`,
+	`CREATE TABLE activities (
+		seq           bigserial PRIMARY KEY,
+		namespace     text NOT NULL,
+		id            text NOT NULL,
+		task_queue    text NOT NULL,
+		activity_type text NOT NULL,
+		node          text NOT NULL,
+		payload       bytea,
+		fingerprint   text NOT NULL,
+		timeouts      jsonb NOT NULL,
+		retry         jsonb NOT NULL,
+		state         text NOT NULL,
+		attempt       integer NOT NULL,
+		result        bytea,
+		failure       jsonb,
+		heartbeat     bytea,
+		scheduled_at  bigint NOT NULL,
+		started_at    bigint NOT NULL,
+		ready_at      bigint NOT NULL,
+		closed_at     bigint NOT NULL,
+		UNIQUE (namespace, id)
+	);
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE TABLE attempts (
+		namespace   text NOT NULL,
+		activity_id text NOT NULL,
+		number      integer NOT NULL,
+		worker_id   bigint NOT NULL,
+		node        text NOT NULL,
+		started_at  bigint NOT NULL,
+		ended_at    bigint NOT NULL,
+		outcome     text NOT NULL,
+		failure     jsonb,
+		PRIMARY KEY (namespace, activity_id, number)
+	)`,
+}
+
+// migrate applies every migration the database lacks, in one transaction
+// that first takes a transaction-scoped advisory lock: a node that starts
+// while another migrates waits for it, then finds nothing left to do.
+func (s *Store) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+			return fmt.Errorf("migrate: take lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    integer PRIMARY KEY,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`); err != nil {
+			return fmt.Errorf("migrate: create schema_migrations: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+			return fmt.Errorf("migrate: read schema version: %w", err)
+		}
+		if version > len(migrations) {
+			return fmt.Errorf("migrate: database schema version %d is newer than this binary knows (%d)", version, len(migrations))
+		}
+		for i := version; i < len(migrations); i++ {
+			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("migrate: step %d: %w", i+1, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, now())`, i+1); err != nil {
+				return fmt.Errorf("migrate: record step %d: %w", i+1, err)
+			}
+		}
+		return nil
+	})
+}
+
+// RegisterNamespace implements store.NamespaceStore.
+func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store.Origin) (store.Namespace, bool, error) {
+	if !origin.Valid() {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: unknown origin %q", name, origin)
+	}
+	now := time.Now().UnixNano()
+	var (
+		ns      store.Namespace
+		created bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Concurrent first inserts of one name queue on the unique index: the
+		// first commits its row, the others then see a conflict and insert
+		// nothing, so exactly one caller gets a row back.
+		var inserted string
+		err := tx.QueryRow(ctx, `INSERT INTO namespaces (name, origin, created_at, last_seen_at)
+			VALUES ($1, $2, $3, $3) ON CONFLICT (name) DO NOTHING RETURNING name`, name, string(origin), now).Scan(&inserted)
+		switch {
+		case err == nil:
+			created = true
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		if !created {
+			if _, err := tx.Exec(ctx,
+				`UPDATE namespaces SET last_seen_at = greatest(last_seen_at, $1) WHERE name = $2`, now, name); err != nil {
+				return err
+			}
+		}
+		ns, err = getNamespace(ctx, tx, name)
+		return err
+	})
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
+	return ns, created, nil
+}
+
+// GetNamespace implements store.NamespaceStore.
+func (s *Store) GetNamespace(ctx context.Context, name string) (store.Namespace, error) {
+	ns, err := getNamespace(ctx, s.pool, name)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("get namespace %q: %w", name, err)
+	}
+	return ns, nil
+}
+
+// ListNamespaces implements store.NamespaceStore.
+func (s *Store) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
+	// COLLATE "C" orders by bytes, as SQLite does, whatever the database's
+	// default collation.
+	rows, err := s.pool.Query(ctx, `SELECT `+namespaceColumns+` FROM namespaces ORDER BY name COLLATE "C"`)
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Namespace
+	for rows.Next() {
+		ns, err := scanNamespace(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list namespaces: %w", err)
+		}
+		out = append(out, ns)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	return out, nil
+}
+
+// SetPlacement implements store.NamespaceStore.
+func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement) (store.Namespace, error) {
+	p = p.Normalize()
+	if err := p.Validate(); err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	nodes, err := json.Marshal(nonNil(p.Nodes))
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	ns, err := scanNamespace(s.pool.QueryRow(ctx, `UPDATE namespaces SET placement = $1, nodes = $2::jsonb
+		WHERE name = $3 RETURNING `+namespaceColumns, string(p.Mode), string(nodes), name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: namespace %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
+	return ns, nil
+}
+
+const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at`
+
+type queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+func getNamespace(ctx context.Context, q queryer, name string) (store.Namespace, error) {
+	ns, err := scanNamespace(q.QueryRow(ctx, `SELECT `+namespaceColumns+` FROM namespaces WHERE name = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Namespace{}, fmt.Errorf("namespace %w", store.ErrNotFound)
+	}
+	return ns, err
+}
+
+func scanNamespace(row scanner) (store.Namespace, error) {
+	var (
+		ns                store.Namespace
+		origin, mode      string
+		nodes             []byte
+		created, lastSeen int64
+	)
+	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen); err != nil {
+		return store.Namespace{}, err
+	}
+	ns.Origin = store.Origin(origin)
+	ns.Placement.Mode = store.PlacementMode(mode)
+	if err := json.Unmarshal(nodes, &ns.Placement.Nodes); err != nil {
+		return store.Namespace{}, fmt.Errorf("decode placement nodes of %q: %w", ns.Name, err)
+	}
+	ns.Placement = ns.Placement.Normalize()
+	ns.CreatedAt = time.Unix(0, created).UTC()
+	ns.LastSeenAt = time.Unix(0, lastSeen).UTC()
+	return ns, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
