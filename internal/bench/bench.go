@@ -49,6 +49,9 @@ type Options struct {
 	Namespace, TaskQueue string
 	// SQLiteSync is the synchronous mode of an in-process server.
 	SQLiteSync string
+	// Store is the in-process server's store: empty for SQLite, or a
+	// postgres:// URL.
+	Store string
 	// Progress receives a progress bar when it is a terminal; nil for none.
 	Progress io.Writer
 	// Log receives the in-process server's log; nil discards it.
@@ -122,6 +125,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		defer os.RemoveAll(dir)
 		cfg := server.Defaults()
 		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", dir, o.SQLiteSync
+		cfg.Store = o.Store
 		cfg.DrainTimeout = 5 * time.Second
 		srv, err := server.Start(ctx, cfg, o.Log)
 		if err != nil {
@@ -130,6 +134,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		defer srv.Shutdown(context.Background())
 		addr = srv.GRPCAddr()
 		rep.Server, rep.SQLiteSync = "in-process "+addr, o.SQLiteSync
+		if o.Store != "" {
+			rep.Server, rep.SQLiteSync = "in-process "+addr+" on postgres", ""
+		}
 	}
 
 	run := &runner{o: o, total: int64(o.Activities), allDone: make(chan struct{}),

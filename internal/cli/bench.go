@@ -68,6 +68,7 @@ acknowledgement that the result is durable.`,
 	f.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the run uses")
 	f.StringVar(&o.TaskQueue, "task-queue", o.TaskQueue, "task queue the run uses")
 	f.StringVar(&o.SQLiteSync, "sqlite-sync", o.SQLiteSync, "synchronous mode of the in-process server: full or normal")
+	f.StringVar(&o.Store, "store", "", "store of the in-process server: empty for SQLite, or a postgres:// URL")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return cmd
 }

@@ -40,6 +40,7 @@ type serverFlags struct {
 	insecureNoAuth  bool
 	maxPending      int
 	maxInFlight     int
+	store           string
 	tokens          []auth.APIKey
 }
 
@@ -51,6 +52,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
+	cfg.Store = f.store
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -151,6 +153,8 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "max-pending-per-namespace", "AION_MAX_PENDING_PER_NAMESPACE")
 	fl.IntVar(&f.maxInFlight, "max-in-flight-per-namespace", 0, "cap on a namespace's running attempts; more wait in the queue (0: none)")
 	bindEnv(fl, "max-in-flight-per-namespace", "AION_MAX_IN_FLIGHT_PER_NAMESPACE")
+	fl.StringVar(&f.store, "store", "", "store: empty for SQLite under --data-dir, or a postgres:// URL (one server per database for now)")
+	bindEnv(fl, "store", "AION_STORE")
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")

@@ -29,6 +29,10 @@ type Config struct {
 	Dev bool
 	// Pprof serves Go profiles under /debug/pprof/ on the HTTP address.
 	Pprof bool
+	// Store selects the store: empty for the SQLite file under DataDir, or
+	// a postgres:// URL. One server per PostgreSQL database for now:
+	// several nodes sharing one do not coordinate yet.
+	Store string
 	// Auth is how callers are authenticated.
 	Auth AuthConfig
 	// TLSCert and TLSKey, when both set, serve gRPC and HTTP over TLS.

@@ -13,7 +13,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/store/postgres"
 	"github.com/aion-run/aion/internal/store/sqlite"
 	"github.com/aion-run/aion/web"
 	"google.golang.org/grpc"
@@ -42,7 +45,7 @@ import (
 type Server struct {
 	cfg        Config
 	log        *slog.Logger
-	st         *sqlite.Store
+	st         store.Store
 	minter     *namespace.Minter
 	reg        *registry.Registry
 	eng        *engine.Engine
@@ -95,8 +98,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(cfg.DataDir, "aion.db")
-	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync))
+	st, where, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +149,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	log.Info("store opened", "path", path, "synchronous", cfg.SQLiteSync, "open_activities", n)
+	log.Info("store opened", "store", where, "open_activities", n)
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		s.eng.Close()
@@ -218,6 +220,32 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.ready.Store(true)
 	log.Info("serving", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
 	return s, nil
+}
+
+// openStore opens the configured store and says where it is, for the log.
+func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
+	switch {
+	case cfg.Store == "":
+		path := filepath.Join(cfg.DataDir, "aion.db")
+		st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync))
+		return st, "sqlite " + path + " synchronous=" + cfg.SQLiteSync, err
+	case strings.HasPrefix(cfg.Store, "postgres://"), strings.HasPrefix(cfg.Store, "postgresql://"):
+		st, err := postgres.Open(ctx, cfg.Store)
+		if err != nil {
+			return nil, "", err
+		}
+		return st, "postgres " + redact(cfg.Store), nil
+	}
+	return nil, "", fmt.Errorf("--store %q: want empty (SQLite under --data-dir) or a postgres:// URL", redact(cfg.Store))
+}
+
+// redact drops the password from a URL before it is logged.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // GRPCAddr is the address the gRPC services listen on.
