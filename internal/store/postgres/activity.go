@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aion-run/aion/internal/store"
 	"github.com/jackc/pgx/v5"
@@ -62,15 +61,15 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			}
 			b.Queue(insertActivitySQL, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
 				a.Fingerprint, timeouts, retry, string(a.State), a.Attempt, a.Result,
-				failureJSON(a.Failure), a.HeartbeatDetails,
-				nanos(a.ScheduledAt), nanos(a.StartedAt), nanos(a.ReadyAt), nanos(a.ClosedAt))
+				store.EncodeFailure(a.Failure), a.HeartbeatDetails,
+				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt))
 		case store.EndAttempt:
-			args := []any{string(w.State), 0, nanos(w.StartedAt), w.Result,
-				failureJSON(w.ActivityFailure), w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID}
+			args := []any{string(w.State), 0, store.UnixNanos(w.StartedAt), w.Result,
+				store.EncodeFailure(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt), w.Namespace, w.ID}
 			if at := w.Attempt; at != nil {
 				args[1] = at.Number
 				args = append(args, at.Number, int64(at.WorkerID), at.Node,
-					nanos(at.StartedAt), nanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
+					store.UnixNanos(at.StartedAt), store.UnixNanos(at.EndedAt), string(at.Outcome), store.EncodeFailure(at.Failure))
 				b.Queue(endAttemptSQL, args...)
 			} else {
 				b.Queue(endActivitySQL, args...)
@@ -107,13 +106,10 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	return changed, nil
 }
 
-const activityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
-	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
-
 // GetActivity implements store.ActivityStore.
 func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Activity, error) {
 	a, err := scanActivity(s.pool.QueryRow(ctx,
-		`SELECT `+activityColumns+` FROM activities WHERE namespace = $1 AND id = $2`, namespace, id))
+		`SELECT `+store.ActivityColumns+` FROM activities WHERE namespace = $1 AND id = $2`, namespace, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, store.ErrNotFound)
 	}
@@ -144,9 +140,9 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
 		at.WorkerID = uint64(worker)
-		at.StartedAt, at.EndedAt = fromNanos(started), fromNanos(ended)
+		at.StartedAt, at.EndedAt = store.FromUnixNanos(started), store.FromUnixNanos(ended)
 		at.Outcome = store.AttemptOutcome(outcome)
-		if at.Failure, err = parseFailure(failure); err != nil {
+		if at.Failure, err = store.DecodeFailure(failure); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
 		out = append(out, at)
@@ -163,7 +159,7 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + activityColumns + ` FROM activities WHERE namespace = $1`
+	q := `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = $1`
 	args := []any{f.Namespace}
 	if f.State != "" {
 		args = append(args, string(f.State))
@@ -185,7 +181,7 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 // OpenActivities implements store.ActivityStore.
 func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
 	return s.queryActivities(ctx, "load open activities",
-		`SELECT `+activityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+		`SELECT `+store.ActivityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
 }
 
 func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
@@ -209,62 +205,9 @@ func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any
 }
 
 func scanActivity(row scanner) (store.Activity, error) {
-	var (
-		a                                  store.Activity
-		timeouts, retry, failure           []byte
-		state                              string
-		scheduled, started, ready, closedA int64
-	)
-	err := row.Scan(&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
-		&timeouts, &retry, &state, &a.Attempt, &a.Result, &failure, &a.HeartbeatDetails,
-		&scheduled, &started, &ready, &closedA)
-	if err != nil {
+	var r store.ActivityRow
+	if err := row.Scan(r.Dest()...); err != nil {
 		return store.Activity{}, err
 	}
-	if err := json.Unmarshal(timeouts, &a.Timeouts); err != nil {
-		return store.Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
-	}
-	if err := json.Unmarshal(retry, &a.Retry); err != nil {
-		return store.Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
-	}
-	a.State = store.ActivityState(state)
-	if a.Failure, err = parseFailure(failure); err != nil {
-		return store.Activity{}, fmt.Errorf("decode failure of %q: %w", a.ID, err)
-	}
-	a.ScheduledAt, a.StartedAt, a.ReadyAt, a.ClosedAt = fromNanos(scheduled), fromNanos(started), fromNanos(ready), fromNanos(closedA)
-	return a, nil
-}
-
-// failureJSON encodes f for a jsonb column; nil encodes as SQL NULL.
-func failureJSON(f *store.Failure) []byte {
-	if f == nil {
-		return nil
-	}
-	b, _ := json.Marshal(f)
-	return b
-}
-
-func parseFailure(b []byte) (*store.Failure, error) {
-	if b == nil {
-		return nil, nil
-	}
-	var f store.Failure
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
+	return r.Decode()
 }

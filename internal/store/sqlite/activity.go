@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aion-run/aion/internal/store"
 )
@@ -78,19 +77,19 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			res, err = insert.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
 				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
 				failureJSON(a.Failure), a.HeartbeatDetails,
-				nanos(a.ScheduledAt), nanos(a.StartedAt), nanos(a.ReadyAt), nanos(a.ClosedAt))
+				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt))
 		case store.EndAttempt:
 			number := 0
 			if w.Attempt != nil {
 				number = w.Attempt.Number
 			}
-			res, err = endActivity.ExecContext(ctx, string(w.State), number, nanos(w.StartedAt), w.Result,
-				failureJSON(w.ActivityFailure), w.HeartbeatDetails, nanos(w.ReadyAt), nanos(w.ClosedAt), w.Namespace, w.ID)
+			res, err = endActivity.ExecContext(ctx, string(w.State), number, store.UnixNanos(w.StartedAt), w.Result,
+				failureJSON(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt), w.Namespace, w.ID)
 			if err == nil && w.Attempt != nil {
 				if n, _ := res.RowsAffected(); n == 1 {
 					at := w.Attempt
 					_, err = attempt.ExecContext(ctx, w.Namespace, w.ID, at.Number, int64(at.WorkerID), at.Node,
-						nanos(at.StartedAt), nanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
+						store.UnixNanos(at.StartedAt), store.UnixNanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
 				}
 			}
 		default:
@@ -111,13 +110,10 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	return changed, nil
 }
 
-const activityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
-	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
-
 // GetActivity implements store.ActivityStore.
 func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Activity, error) {
 	a, err := scanActivity(s.reader.QueryRowContext(ctx,
-		`SELECT `+activityColumns+` FROM activities WHERE namespace = ? AND id = ?`, namespace, id))
+		`SELECT `+store.ActivityColumns+` FROM activities WHERE namespace = ? AND id = ?`, namespace, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, store.ErrNotFound)
 	}
@@ -142,15 +138,15 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 			worker         int64
 			started, ended int64
 			outcome        string
-			failure        sql.NullString
+			failure        []byte
 		)
 		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
 		at.WorkerID = uint64(worker)
-		at.StartedAt, at.EndedAt = fromNanos(started), fromNanos(ended)
+		at.StartedAt, at.EndedAt = store.FromUnixNanos(started), store.FromUnixNanos(ended)
 		at.Outcome = store.AttemptOutcome(outcome)
-		if at.Failure, err = parseFailure(failure); err != nil {
+		if at.Failure, err = store.DecodeFailure(failure); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
 		out = append(out, at)
@@ -164,7 +160,7 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + activityColumns + ` FROM activities WHERE namespace = ?`
+	q := `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = ?`
 	args := []any{f.Namespace}
 	if f.State != "" {
 		q += ` AND state = ?`
@@ -186,7 +182,7 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 // OpenActivities implements store.ActivityStore.
 func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
 	return s.queryActivities(ctx, "load open activities",
-		`SELECT `+activityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+		`SELECT `+store.ActivityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
 }
 
 func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
@@ -209,62 +205,18 @@ func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any
 	return out, nil
 }
 
+// failureJSON is the TEXT form of f for a STRICT column; nil is NULL.
+func failureJSON(f *store.Failure) any {
+	if b := store.EncodeFailure(f); b != nil {
+		return string(b)
+	}
+	return nil
+}
+
 func scanActivity(row scanner) (store.Activity, error) {
-	var (
-		a                                  store.Activity
-		timeouts, retry, state             string
-		failure                            sql.NullString
-		scheduled, started, ready, closedA int64
-	)
-	err := row.Scan(&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
-		&timeouts, &retry, &state, &a.Attempt, &a.Result, &failure, &a.HeartbeatDetails,
-		&scheduled, &started, &ready, &closedA)
-	if err != nil {
+	var r store.ActivityRow
+	if err := row.Scan(r.Dest()...); err != nil {
 		return store.Activity{}, err
 	}
-	if err := json.Unmarshal([]byte(timeouts), &a.Timeouts); err != nil {
-		return store.Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
-	}
-	if err := json.Unmarshal([]byte(retry), &a.Retry); err != nil {
-		return store.Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
-	}
-	a.State = store.ActivityState(state)
-	if a.Failure, err = parseFailure(failure); err != nil {
-		return store.Activity{}, fmt.Errorf("decode failure of %q: %w", a.ID, err)
-	}
-	a.ScheduledAt, a.StartedAt, a.ReadyAt, a.ClosedAt = fromNanos(scheduled), fromNanos(started), fromNanos(ready), fromNanos(closedA)
-	return a, nil
-}
-
-func failureJSON(f *store.Failure) any {
-	if f == nil {
-		return nil
-	}
-	b, _ := json.Marshal(f)
-	return string(b)
-}
-
-func parseFailure(s sql.NullString) (*store.Failure, error) {
-	if !s.Valid {
-		return nil, nil
-	}
-	var f store.Failure
-	if err := json.Unmarshal([]byte(s.String), &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
+	return r.Decode()
 }

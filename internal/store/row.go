@@ -1,0 +1,88 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// The column layout every SQL backend uses for activities, so the scanning
+// and decoding below serve them all. Times are Unix nanoseconds (0 for the
+// zero time) so they round-trip exactly; timeouts, retry policy and failure
+// are JSON.
+
+// ActivityColumns lists the activity columns in the order ActivityRow scans them.
+const ActivityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
+
+// ActivityRow receives one scanned activity row; Decode turns it into an Activity.
+type ActivityRow struct {
+	a                                  Activity
+	timeouts, retry, failure           []byte
+	state                              string
+	scheduled, started, ready, closedA int64
+}
+
+// Dest returns the scan destinations in ActivityColumns order.
+func (r *ActivityRow) Dest() []any {
+	a := &r.a
+	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
+		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
+		&r.scheduled, &r.started, &r.ready, &r.closedA}
+}
+
+// Decode returns the activity the row holds.
+func (r *ActivityRow) Decode() (Activity, error) {
+	a := r.a
+	if err := json.Unmarshal(r.timeouts, &a.Timeouts); err != nil {
+		return Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
+	}
+	if err := json.Unmarshal(r.retry, &a.Retry); err != nil {
+		return Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
+	}
+	a.State = ActivityState(r.state)
+	var err error
+	if a.Failure, err = DecodeFailure(r.failure); err != nil {
+		return Activity{}, fmt.Errorf("decode failure of %q: %w", a.ID, err)
+	}
+	a.ScheduledAt, a.StartedAt = FromUnixNanos(r.scheduled), FromUnixNanos(r.started)
+	a.ReadyAt, a.ClosedAt = FromUnixNanos(r.ready), FromUnixNanos(r.closedA)
+	return a, nil
+}
+
+// EncodeFailure is the JSON column form of f; nil stays nil (SQL NULL).
+func EncodeFailure(f *Failure) []byte {
+	if f == nil {
+		return nil
+	}
+	b, _ := json.Marshal(f) // a Failure always encodes
+	return b
+}
+
+// DecodeFailure reads a failure column; nil (NULL) is no failure.
+func DecodeFailure(b []byte) (*Failure, error) {
+	if b == nil {
+		return nil, nil
+	}
+	var f Failure
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// UnixNanos is the column form of t: 0 for the zero time.
+func UnixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// FromUnixNanos reads a time column; 0 is the zero time.
+func FromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
