@@ -41,6 +41,8 @@ type serverFlags struct {
 	maxPending      int
 	maxInFlight     int
 	store           string
+	serverName      string
+	lease           time.Duration
 	tokens          []auth.APIKey
 }
 
@@ -52,7 +54,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
-	cfg.Store = f.store
+	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -153,8 +155,12 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "max-pending-per-namespace", "AION_MAX_PENDING_PER_NAMESPACE")
 	fl.IntVar(&f.maxInFlight, "max-in-flight-per-namespace", 0, "cap on a namespace's running attempts; more wait in the queue (0: none)")
 	bindEnv(fl, "max-in-flight-per-namespace", "AION_MAX_IN_FLIGHT_PER_NAMESPACE")
-	fl.StringVar(&f.store, "store", "", "store: empty for SQLite under --data-dir, or a postgres:// URL (one server per database for now)")
+	fl.StringVar(&f.store, "store", "", "store: empty for SQLite under --data-dir, or a postgres:// URL (servers sharing one database form a cluster)")
 	bindEnv(fl, "store", "AION_STORE")
+	fl.StringVar(&f.serverName, "server-name", "", "this server's name in a cluster, unique among the live servers (default: host name and gRPC port)")
+	bindEnv(fl, "server-name", "AION_SERVER_NAME")
+	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
+	bindEnv(fl, "lease", "AION_LEASE")
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")

@@ -33,6 +33,16 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 		e.mu.Lock()
 		a = e.open[k]
 	}
+	if a == nil && e.cl != nil {
+		e.mu.Unlock()
+		if reason == "" {
+			reason = "canceled by request"
+		}
+		if err := e.cancelInStore(ctx, ns, id, reason); err != nil {
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, err)
+		}
+		return e.canceledView(ctx, ns, id)
+	}
 	var done chan struct{}
 	if a != nil && !a.closing {
 		if reason == "" {
@@ -54,6 +64,12 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
 		}
 	}
+	return e.canceledView(ctx, ns, id)
+}
+
+// canceledView returns the activity after a cancel, or ErrFailedPrecondition
+// when it had closed otherwise.
+func (e *Engine) canceledView(ctx context.Context, ns, id string) (View, error) {
 	v, err := e.view(ctx, ns, id)
 	if err != nil {
 		return View{}, err

@@ -148,6 +148,15 @@ func (e *Engine) unqueueLocked(a *activity) {
 
 // dispatchNamespaceLocked re-runs dispatch for every queue of a namespace.
 func (e *Engine) dispatchNamespaceLocked(ns string) {
+	if e.cl != nil {
+		for _, t := range e.reg.Triples() {
+			if t.Pool.Namespace == ns {
+				e.claims.dirty[t] = struct{}{}
+			}
+		}
+		e.claims.wake()
+		return
+	}
 	for t, p := range e.queues {
 		if t.Pool.Namespace != ns {
 			continue
@@ -161,6 +170,10 @@ func (e *Engine) dispatchNamespaceLocked(ns string) {
 // dispatchWorkerLocked re-runs dispatch for every queue a worker could serve:
 // after it registers or a slot of it frees.
 func (e *Engine) dispatchWorkerLocked(w *registry.Worker) {
+	if e.cl != nil {
+		w.Triples(func(t registry.Triple) { e.wantLocked(t, w.Node()) })
+		return
+	}
 	if len(e.queues) == 0 {
 		return
 	}

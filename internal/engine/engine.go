@@ -89,8 +89,12 @@ type Config struct {
 	// means no cap.
 	MaxPendingPerNamespace int
 	// MaxInFlightPerNamespace caps the attempts of one namespace running at
-	// once; more wait in their queues. 0 means no cap.
+	// once; more wait in their queues. 0 means no cap. In cluster mode the
+	// cap holds per server.
 	MaxInFlightPerNamespace int
+	// Cluster, when set, makes the engine one server of a cluster sharing
+	// the store; nil runs it alone, holding all open work in memory.
+	Cluster *ClusterConfig
 }
 
 // Observer is told about activity lifecycle steps. Its methods run under the
@@ -179,6 +183,14 @@ type Engine struct {
 	timerWake chan struct{}
 	stop      chan struct{}
 	done      sync.WaitGroup
+
+	// cl and claims are set in cluster mode only.
+	cl     *ClusterConfig
+	claims *claims
+	// bgCtx bounds the store calls of background work; it ends at Close.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // attemptRef names one attempt of one activity.
@@ -201,7 +213,23 @@ func New(cfg Config) *Engine {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
+	var cl *ClusterConfig
+	if cfg.Cluster != nil {
+		c := *cfg.Cluster
+		if c.Poll <= 0 {
+			c.Poll = time.Second
+		}
+		if c.PreferGrace <= 0 {
+			c.PreferGrace = 200 * time.Millisecond
+		}
+		cl = &c
+	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Engine{
+		cl:         cl,
+		claims:     newClaims(),
+		bgCtx:      bgCtx,
+		bgCancel:   bgCancel,
 		st:         cfg.Store,
 		reg:        cfg.Registry,
 		minter:     cfg.Minter,
@@ -239,8 +267,10 @@ func (e *Engine) Close() {
 	}
 	e.mu.Unlock()
 	close(e.stop)
+	e.bgCancel()
 	e.done.Wait()
 	e.commit.Close()
+	e.bg.Wait()
 }
 
 // InFlight reports how many attempts are running on workers.
@@ -268,6 +298,9 @@ func (e *Engine) Backlog() []PoolBacklog {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
+	if e.cl != nil {
+		return e.clusterBacklogLocked(now)
+	}
 	byPool := make(map[registry.PoolAddress]*PoolBacklog)
 	for t, p := range e.queues {
 		for _, q := range p.byPin {

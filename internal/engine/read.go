@@ -68,6 +68,16 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 	if err := namespace.Authorize(caller, ns); err != nil {
 		return View{}, fmt.Errorf("wait for activity: %w", err)
 	}
+	if e.cl != nil {
+		err := e.awaitClosed(ctx, ns, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return View{}, fmt.Errorf("activity %q in namespace %q: %w", id, ns, ErrNotFound)
+		}
+		if err != nil {
+			return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, err)
+		}
+		return e.view(ctx, ns, id)
+	}
 	e.mu.Lock()
 	if e.waitsReleased {
 		e.mu.Unlock()

@@ -18,6 +18,15 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 	for _, ns := range namespaces {
 		e.NoteNamespace(ns)
 	}
+	if e.cl != nil {
+		// Open work stays in the store, where claims find it.
+		e.done.Add(3)
+		go e.runTimers()
+		go e.runClaims()
+		go e.runChores()
+		e.NewWork(nil)
+		return 0, nil
+	}
 	open, err := e.st.OpenActivities(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)

@@ -268,6 +268,9 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 	}
 	attempt := a.rec.Attempt
 	ns := a.rec.Namespace
+	if e.cl != nil {
+		end.Owner = e.cl.Self
+	}
 	if at := end.Attempt; at != nil {
 		e.obs.AttemptEnded(ns, at.Outcome, at.EndedAt.Sub(at.StartedAt))
 		if !terminal {
@@ -277,15 +280,22 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 	if terminal {
 		e.obs.Closed(ns, end.State)
 	}
-	e.commit.Submit(end, func(_ bool, err error) {
+	e.commit.Submit(end, func(changed bool, err error) {
+		if err == nil && !changed && e.cl != nil {
+			err = errNotOwner
+		}
 		if err != nil {
 			e.log.Error("durable write failed", "namespace", k.ns, "activity", k.id, "err", err)
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if terminal {
+		if terminal || (err != nil && e.cl != nil) {
 			e.dropOpenLocked(a)
 			a.wakeWaiters()
+		} else if e.cl != nil {
+			if e.open[k] == a && !a.closing && a.rec.State == store.StateScheduled && a.rec.Attempt == attempt {
+				e.releaseLocked(a)
+			}
 		} else if e.open[k] == a && !a.closing && a.rec.State == store.StateScheduled && a.rec.Attempt == attempt && !e.closed {
 			if now := e.now(); end.ReadyAt.After(now) {
 				e.armLocked(end.ReadyAt, k, attempt, timerReady)

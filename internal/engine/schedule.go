@@ -138,7 +138,7 @@ func (e *Engine) reserve(s *slot) {
 			s.res.Activity = a.rec
 			e.obs.Scheduled(k.ns)
 			now := e.now()
-			if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
+			if t := a.rec.Timeouts.ScheduleToClose; t > 0 && e.cl == nil {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
 			}
 			e.readyLocked(a, now)
@@ -208,6 +208,7 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 	if id == "" {
 		id = newID()
 	}
+	now := e.now().UTC()
 	return store.Activity{
 		Namespace:    r.Namespace,
 		ID:           id,
@@ -219,7 +220,8 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		Timeouts:     e.timeouts(r.Timeouts),
 		Retry:        e.retry(r.Retry),
 		State:        store.StateScheduled,
-		ScheduledAt:  e.now().UTC(),
+		ScheduledAt:  now,
+		ReadyAt:      now,
 	}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"time"
 
+	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -15,6 +16,7 @@ const (
 	timerStartToClose                     // the attempt ran too long
 	timerHeartbeat                        // the attempt stopped heartbeating
 	timerScheduleToClose                  // the activity ran out of time
+	timerAnnounce                         // a retry waiting in the store becomes ready (cluster mode)
 )
 
 // timer is one deadline. Timers are never removed early: when one fires, it
@@ -25,6 +27,8 @@ type timer struct {
 	k       key
 	attempt int
 	kind    timerKind
+	// triple is the work a timerAnnounce announces.
+	triple registry.Triple
 }
 
 type timerHeap []timer
@@ -74,7 +78,23 @@ func (e *Engine) runTimers() {
 	}
 }
 
+// armAnnounceLocked arranges to tell every server when a retry that waits in
+// the store becomes ready.
+func (e *Engine) armAnnounceLocked(at time.Time, t registry.Triple) {
+	heap.Push(&e.timers, timer{at: at, kind: timerAnnounce, triple: t})
+	if e.timers[0].at.Equal(at) {
+		e.wakeTimers()
+	}
+}
+
 func (e *Engine) fireLocked(tm timer, now time.Time) {
+	if tm.kind == timerAnnounce {
+		delete(e.claims.empty, tm.triple)
+		e.claims.dirty[tm.triple] = struct{}{}
+		e.claims.wake()
+		e.announce(tm.triple)
+		return
+	}
 	a := e.open[tm.k]
 	if a == nil || a.closing || a.creating != nil {
 		return
@@ -124,6 +144,10 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 // readyLocked makes a scheduled activity eligible for dispatch now and arms
 // its schedule-to-start deadline for this attempt.
 func (e *Engine) readyLocked(a *activity, now time.Time) {
+	if e.cl != nil {
+		e.releaseLocked(a)
+		return
+	}
 	if t := a.rec.Timeouts.ScheduleToStart; t > 0 {
 		e.armLocked(now.Add(t), a.key(), a.rec.Attempt, timerScheduleToStart)
 	}

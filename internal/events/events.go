@@ -158,6 +158,14 @@ func (b *Bus) apply(e Event) {
 	}
 }
 
+// Namespace returns the bus's record of a namespace, if it has one.
+func (b *Bus) Namespace(name string) (store.Namespace, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ns, ok := b.namespaces[name]
+	return ns, ok
+}
+
 // Seq returns the number of the last event published.
 func (b *Bus) Seq() uint64 {
 	b.mu.Lock()

@@ -74,6 +74,10 @@ func (m *Minter) remember(ns store.Namespace) {
 	m.known[ns.Name] = cached{ns: ns, seenAt: time.Now()}
 }
 
+// Note caches a namespace record learned elsewhere: another server of the
+// cluster created it or changed its placement.
+func (m *Minter) Note(ns store.Namespace) { m.remember(ns) }
+
 // SetPlacement changes a namespace's placement durably and in the cache;
 // a missing namespace is an error wrapping store.ErrNotFound.
 func (m *Minter) SetPlacement(ctx context.Context, name string, p store.Placement) (store.Namespace, error) {

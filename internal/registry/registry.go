@@ -54,6 +54,12 @@ type Options struct {
 	Admission Admission
 	// Hooks observe registrations, drains and departures.
 	Hooks Hooks
+	// Server names this server in every WorkerInfo; empty outside a cluster.
+	Server string
+	// FirstID is the ID the first worker gets (then FirstID+1, …); 0 means
+	// 1. Servers sharing a store start from disjoint blocks so that a worker
+	// ID names one worker across the whole cluster.
+	FirstID WorkerID
 }
 
 // Worker is one connected worker. Its registration fields never change; its
@@ -69,6 +75,7 @@ type Worker struct {
 	connectedAt   time.Time
 	identity      string
 	sdkVersion    string
+	server        string
 	capabilities  atomic.Uint32
 
 	// Guarded by Registry.mu.
@@ -142,6 +149,7 @@ type waitList struct {
 type Registry struct {
 	admission Admission
 	hooks     Hooks
+	server    string
 
 	mu        sync.Mutex
 	nextID    WorkerID
@@ -158,7 +166,8 @@ func New(opts Options) *Registry {
 	return &Registry{
 		admission: opts.Admission,
 		hooks:     opts.Hooks,
-		nextID:    1,
+		server:    opts.Server,
+		nextID:    max(opts.FirstID, 1),
 		workers:   make(map[WorkerID]*Worker),
 		triples:   make(map[Triple]*triple),
 		waits:     make(map[Triple]*waitList),
@@ -203,6 +212,7 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 		connectedAt:   time.Now(),
 		identity:      spec.Identity,
 		sdkVersion:    spec.SDKVersion,
+		server:        r.server,
 	}
 	w.capabilities.Store(uint32(spec.Capabilities))
 
@@ -558,6 +568,17 @@ func (r *Registry) Workers() []WorkerInfo {
 	return out
 }
 
+// Triples lists every triple at least one connected worker serves.
+func (r *Registry) Triples() []Triple {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Triple, 0, len(r.triples))
+	for t := range r.triples {
+		out = append(out, t)
+	}
+	return out
+}
+
 // Candidates lists every worker registered for triple t on node (any node
 // when node is ""), full or draining ones included, ordered by id and rotated
 // so that successive calls start one worker further on. It is the listing
@@ -615,6 +636,7 @@ func (w *Worker) infoLocked() WorkerInfo {
 		ConnectedAt:   w.connectedAt,
 		Identity:      w.identity,
 		SDKVersion:    w.sdkVersion,
+		Server:        w.server,
 	}
 }
 

@@ -66,6 +66,9 @@ const (
 	ReasonDeregistered Reason = "deregistered"
 	// ReasonDrained: it finished draining and left.
 	ReasonDrained Reason = "drained"
+	// ReasonServerLost: the server it was connected to stopped renewing its
+	// cluster lease.
+	ReasonServerLost Reason = "server_lost"
 )
 
 // Capability is one intervention primitive a worker can carry out mid-run.
@@ -170,6 +173,8 @@ type WorkerInfo struct {
 	ConnectedAt   time.Time
 	Identity      string
 	SDKVersion    string
+	// Server names the server the worker is connected to (set in a cluster).
+	Server string
 }
 
 // Census counts what the registry holds; after every worker has left, every

@@ -3,8 +3,10 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
@@ -33,6 +35,7 @@ var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
 	registry.ReasonTimeout:      aionv1.DisconnectReason_DISCONNECT_REASON_TIMEOUT,
 	registry.ReasonDeregistered: aionv1.DisconnectReason_DISCONNECT_REASON_DEREGISTERED,
 	registry.ReasonDrained:      aionv1.DisconnectReason_DISCONNECT_REASON_DRAINED,
+	registry.ReasonServerLost:   aionv1.DisconnectReason_DISCONNECT_REASON_SERVER_LOST,
 }
 
 func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
@@ -66,6 +69,7 @@ func workerToProto(w registry.WorkerInfo, lastSeen time.Time, peer string) *aion
 		LastHeartbeatTime: ts(lastSeen),
 		Capabilities:      capabilitiesToProto(w.Capabilities),
 		Peer:              peer,
+		Server:            w.Server,
 		Identity:          w.Identity,
 		SdkVersion:        w.SDKVersion,
 	}
@@ -90,8 +94,17 @@ func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersR
 		return nil, toStatus(err)
 	}
 	caller := c.s.caller(ctx)
+	workers := c.s.reg.Workers()
+	if c.s.member != nil {
+		remote, err := c.s.member.remoteWorkers(ctx)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		workers = append(workers, remote...)
+		slices.SortFunc(workers, func(a, b registry.WorkerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	}
 	out := &aionv1.ListWorkersResponse{Workers: []*aionv1.Worker{}}
-	for _, w := range c.s.reg.Workers() {
+	for _, w := range workers {
 		if r.GetNamespace() != "" && !slices.Contains(w.Namespaces, r.GetNamespace()) {
 			continue
 		}
@@ -106,6 +119,13 @@ func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersR
 func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerRequest) (*aionv1.DrainWorkerResponse, error) {
 	id := registry.WorkerID(r.GetWorkerId())
 	info, ok := c.s.reg.Lookup(id)
+	var owner store.ServerID
+	if !ok && c.s.member != nil {
+		var err error
+		if owner, info, ok, err = c.s.member.serverOfWorker(ctx, id); err != nil {
+			return nil, toStatus(err)
+		}
+	}
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "worker_id: worker %d is not connected", r.GetWorkerId())
 	}
@@ -114,6 +134,17 @@ func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerR
 		if !caller.Allows(ns) {
 			return nil, status.Errorf(codes.PermissionDenied, "worker_id: worker %d serves namespace %q, which the caller may not use", id, ns)
 		}
+	}
+	if owner != 0 {
+		// The worker is connected to another server of the cluster.
+		body, err := c.s.member.call(ctx, owner, msgDrain, []byte(strconv.FormatUint(uint64(id), 10)))
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "worker_id: worker %d: forward the drain to its server: %v", id, err)
+		}
+		if err := json.Unmarshal(body, &info); err != nil {
+			return nil, status.Errorf(codes.Internal, "worker_id: worker %d: unreadable answer from its server: %v", id, err)
+		}
+		return &aionv1.DrainWorkerResponse{Worker: c.s.workerView(info)}, nil
 	}
 	c.s.reg.Drain(id)
 	info, _ = c.s.reg.Lookup(id)
@@ -194,7 +225,15 @@ func (s *Server) poolStats() []events.Pool {
 		}
 		return byPool[p]
 	}
-	for _, w := range s.reg.Workers() {
+	workers := s.reg.Workers()
+	if s.member != nil { // and the other servers' workers, as last published
+		for _, w := range s.bus.Snapshot().Workers {
+			if w.Server != s.member.self.Name {
+				workers = append(workers, w)
+			}
+		}
+	}
+	for _, w := range workers {
 		for _, ns := range w.Namespaces {
 			p := get(registry.Pool(ns, w.TaskQueue))
 			p.Workers++

@@ -30,9 +30,16 @@ type Config struct {
 	// Pprof serves Go profiles under /debug/pprof/ on the HTTP address.
 	Pprof bool
 	// Store selects the store: empty for the SQLite file under DataDir, or
-	// a postgres:// URL. One server per PostgreSQL database for now:
-	// several nodes sharing one do not coordinate yet.
+	// a postgres:// URL. Several servers may share one PostgreSQL database:
+	// they form a cluster.
 	Store string
+	// ServerName names this server among the servers sharing a PostgreSQL
+	// store; it must be unique among the live ones. Empty means the host
+	// name and the gRPC port.
+	ServerName string
+	// Lease is how long a clustered server stays a member without renewing:
+	// when it dies, its running attempts are retried elsewhere after this.
+	Lease time.Duration
 	// Auth is how callers are authenticated.
 	Auth AuthConfig
 	// TLSCert and TLSKey, when both set, serve gRPC and HTTP over TLS.
@@ -73,6 +80,7 @@ func Defaults() Config {
 		DrainTimeout:    30 * time.Second,
 		HeartbeatWindow: 15 * time.Second,
 		SQLiteSync:      "full",
+		Lease:           10 * time.Second,
 		Auth:            AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
 	}
 }

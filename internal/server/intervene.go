@@ -7,9 +7,11 @@ import (
 	"fmt"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (*aionv1.CancelResponse, error) {
@@ -70,16 +72,52 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
 		return nil, toStatus(err)
 	}
-	need, err := primitiveOf(r.GetCommand())
-	if err != nil {
+	if _, err := primitiveOf(r.GetCommand()); err != nil {
 		return nil, err
 	}
 	if _, err := a.s.eng.Get(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId()); err != nil {
 		return nil, toStatus(err) // unknown activity or not the caller's: NotFound / PermissionDenied
 	}
-	w, attempt, err := a.s.eng.Owner(a.s.caller(ctx), r.GetNamespace(), r.GetId(), int(r.GetAttempt()))
+	out, err := a.s.deliverIntervention(r)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if out.Outcome != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET || a.s.member == nil {
+		return out, nil
+	}
+	// In a cluster the attempt may run on a worker of another server.
+	owner, _, err := a.s.member.cl.OwnerOf(ctx, r.GetNamespace(), r.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if owner == 0 || owner == a.s.member.self.ID {
+		return out, nil
+	}
+	body, err := proto.Marshal(r)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	reply, err := a.s.member.call(ctx, owner, msgIntervene, body)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "intervene: forward to the server running the attempt: %v", err)
+	}
+	out = &aionv1.InterveneResponse{}
+	if err := proto.Unmarshal(reply, out); err != nil {
+		return nil, status.Errorf(codes.Internal, "intervene: unreadable answer from server %d: %v", owner, err)
+	}
+	return out, nil
+}
+
+// deliverIntervention hands an authorized command to the worker of this
+// server that runs the attempt, and says what became of it.
+func (s *Server) deliverIntervention(r *aionv1.InterveneRequest) (*aionv1.InterveneResponse, error) {
+	need, err := primitiveOf(r.GetCommand())
+	if err != nil {
+		return nil, err
+	}
+	w, attempt, err := s.eng.Owner(namespace.Anyone("server"), r.GetNamespace(), r.GetId(), int(r.GetAttempt()))
+	if err != nil {
+		return nil, err
 	}
 	out := &aionv1.InterveneResponse{Attempt: uint32(attempt)}
 	if w == nil {
@@ -104,7 +142,7 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 		out.Outcome, out.InterventionId = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET, ""
 		return out, nil
 	}
-	a.s.log.Info("intervention delivered", "namespace", r.GetNamespace(), "activity", r.GetId(), "attempt", attempt,
+	s.log.Info("intervention delivered", "namespace", r.GetNamespace(), "activity", r.GetId(), "attempt", attempt,
 		"worker", w.ID(), "intervention", out.InterventionId, "command", fmt.Sprintf("%T", r.GetCommand().GetCommand()))
 	out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_DELIVERED
 	return out, nil

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/metrics"
+	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -66,6 +68,9 @@ type Server struct {
 	connsMu sync.Mutex
 	conns   map[registry.WorkerID]*conn
 
+	// member is this server's cluster membership; nil on SQLite.
+	member *member
+
 	ready        atomic.Bool
 	shuttingDown atomic.Bool
 	drainUntil   atomic.Int64
@@ -98,33 +103,89 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Lease < 300*time.Millisecond {
+		return nil, fmt.Errorf("lease: %v, want at least 300ms", cfg.Lease)
+	}
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
 	st, where, err := openStore(ctx, cfg)
 	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20,
-		bus: events.New(), authn: authn}
+		bus: events.New(), authn: authn, grpcLis: grpcLis, httpLis: httpLis}
+	fail := func(error) {
+		grpcLis.Close()
+		httpLis.Close()
+		st.Close()
+	}
+	var regOpts registry.Options
+	var clusterCfg *engine.ClusterConfig
+	if cl, ok := st.(store.Cluster); ok {
+		name := cfg.ServerName
+		if name == "" {
+			name = defaultServerName(grpcLis.Addr())
+		}
+		if err := checkServerName(name); err != nil {
+			fail(err)
+			return nil, err
+		}
+		if s.member, err = joinCluster(ctx, s, cl, name, grpcLis.Addr().String(), cfg.Lease); err != nil {
+			fail(err)
+			return nil, err
+		}
+		regOpts.Server = name
+		regOpts.FirstID = registry.WorkerID(s.member.self.ID)*workerIDBlock + 1
+		clusterCfg = &engine.ClusterConfig{Store: cl, Self: s.member.self.ID, ForwardCancel: s.member.forwardCancel}
+		log = log.With("server_name", name)
+		s.log = log
+		log.Info("joined cluster", "server_id", s.member.self.ID, "lease", cfg.Lease)
+	}
 	s.metrics = metrics.New(s.backlog)
 	s.minter = namespace.NewMinter(st, cfg.AutoCreate, func(ns store.Namespace) {
 		s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
 		s.eng.NoteNamespace(ns)
 		s.bus.Publish(namespaceEvent(events.NamespaceCreated, ns))
+		if s.member != nil {
+			s.member.announceNamespace(ns.Name)
+		}
 	})
-	s.reg = registry.New(registry.Options{Admission: s.minter, Hooks: registry.Hooks{
+	regOpts.Admission = s.minter
+	regOpts.Hooks = registry.Hooks{
 		Connected: func(w registry.WorkerInfo) {
 			s.bus.Publish(events.Event{Kind: events.WorkerConnected, Worker: &w})
+			if s.member != nil {
+				s.member.putWorker(w)
+			}
 		},
 		Draining: func(w registry.WorkerInfo) {
 			s.log.Info("worker draining", "worker", w.ID)
 			s.bus.Publish(events.Event{Kind: events.WorkerDraining, Worker: &w})
+			if s.member != nil {
+				s.member.putWorker(w)
+			}
 		},
 		Disconnected: func(w registry.WorkerInfo, reason registry.Reason) {
 			s.metrics.WorkerLeft(string(reason))
 			s.bus.Publish(events.Event{Kind: events.WorkerDisconnected, Worker: &w, Reason: reason})
+			if s.member != nil {
+				s.member.workerLeft(w, reason)
+			}
 		},
 		NamespaceWorkers: s.metrics.NamespaceWorkers,
-	}})
+	}
+	s.reg = registry.New(regOpts)
 	s.eng = engine.New(engine.Config{
+		Cluster:                 clusterCfg,
 		Store:                   st,
 		Registry:                s.reg,
 		Minter:                  s.minter,
@@ -136,31 +197,29 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		MaxInFlightPerNamespace: cfg.MaxInFlightPerNamespace,
 		CommitterOptions:        store.CommitterOptions{Observe: s.metrics.Commit},
 	})
+	stopEarly := func(err error) (*Server, error) {
+		s.eng.Close()
+		if s.member != nil {
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.member.cl.Leave(lctx, s.member.self.ID)
+		}
+		fail(err)
+		return nil, err
+	}
 	namespaces, err := st.ListNamespaces(ctx)
 	if err != nil {
-		s.eng.Close()
-		st.Close()
-		return nil, err
+		return stopEarly(err)
 	}
 	s.bus.Seed(namespaces)
 	n, err := s.eng.Recover(ctx)
 	if err != nil {
-		s.eng.Close()
-		st.Close()
-		return nil, err
+		return stopEarly(err)
 	}
-	log.Info("store opened", "store", where, "open_activities", n)
-
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		s.eng.Close()
-		st.Close()
-		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
-	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		s.grpcLis.Close()
-		s.eng.Close()
-		st.Close()
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	if s.member != nil {
+		log.Info("store opened", "store", where, "mode", "cluster: open work stays in the store, claimed per worker")
+	} else {
+		log.Info("store opened", "store", where, "open_activities", n)
 	}
 
 	opts := []grpc.ServerOption{
@@ -206,10 +265,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
+	s.serveErr = make(chan error, 3)
 	s.bg.Add(2)
 	go s.sweep(bgCtx)
 	go s.publishPoolStats(bgCtx, time.Second)
-	s.serveErr = make(chan error, 2)
+	if s.member != nil {
+		s.member.start(bgCtx, &s.bg, func(err error) {
+			log.Error("stopping: this server is no longer a cluster member", "err", err)
+			select {
+			case s.serveErr <- err:
+			default:
+			}
+		})
+	}
 	go func() { s.serveErr <- s.grpc.Serve(s.grpcLis) }()
 	go func() {
 		if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -320,7 +388,37 @@ stop:
 	s.stopBG()
 	s.bg.Wait()
 	s.eng.Close()
-	return errors.Join(herr, s.st.Close())
+	var lerr error
+	if s.member != nil {
+		// Whatever still runs here is handed to the other servers now,
+		// rather than after the lease runs out.
+		lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer lcancel()
+		if err := s.member.cl.Leave(lctx, s.member.self.ID); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+			lerr = err
+		}
+	}
+	return errors.Join(herr, lerr, s.st.Close())
+}
+
+// defaultServerName is the host name and the gRPC port, which tells servers
+// on one host apart.
+func defaultServerName(addr net.Addr) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "aion"
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		return fmt.Sprintf("%s:%d", host, ta.Port)
+	}
+	return host
+}
+
+func checkServerName(n string) error {
+	if err := name.Check("server_name", n, name.MaxName); err != nil {
+		return fmt.Errorf("--server-name: %w", err)
+	}
+	return nil
 }
 
 // Run starts a server with cfg and serves until ctx ends, then drains and

@@ -138,6 +138,10 @@ type EndAttempt struct {
 	HeartbeatDetails []byte
 	ReadyAt          time.Time
 	ClosedAt         time.Time
+	// Owner, when set, applies the write only while that server owns the
+	// activity (cluster mode): a server whose lease was reaped changes
+	// nothing. Backends without a cluster ignore it.
+	Owner ServerID
 }
 
 func (InsertActivity) write() {}

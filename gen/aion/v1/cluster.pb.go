@@ -92,6 +92,9 @@ const (
 	DisconnectReason_DISCONNECT_REASON_DEREGISTERED DisconnectReason = 3
 	// The worker finished draining and left.
 	DisconnectReason_DISCONNECT_REASON_DRAINED DisconnectReason = 4
+	// The server the worker was connected to stopped renewing its lease (in a
+	// cluster); its running attempts are retried on the other servers.
+	DisconnectReason_DISCONNECT_REASON_SERVER_LOST DisconnectReason = 5
 )
 
 // Enum value maps for DisconnectReason.
@@ -102,6 +105,7 @@ var (
 		2: "DISCONNECT_REASON_TIMEOUT",
 		3: "DISCONNECT_REASON_DEREGISTERED",
 		4: "DISCONNECT_REASON_DRAINED",
+		5: "DISCONNECT_REASON_SERVER_LOST",
 	}
 	DisconnectReason_value = map[string]int32{
 		"DISCONNECT_REASON_UNSPECIFIED":  0,
@@ -109,6 +113,7 @@ var (
 		"DISCONNECT_REASON_TIMEOUT":      2,
 		"DISCONNECT_REASON_DEREGISTERED": 3,
 		"DISCONNECT_REASON_DRAINED":      4,
+		"DISCONNECT_REASON_SERVER_LOST":  5,
 	}
 )
 
@@ -170,8 +175,11 @@ type Worker struct {
 	Identity string `protobuf:"bytes,13,opt,name=identity,proto3" json:"identity,omitempty"`
 	// SDK name and version from Register.sdk_version.
 	SdkVersion string `protobuf:"bytes,14,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
-	// Remote address of the stream, as the server sees it.
-	Peer          string `protobuf:"bytes,15,opt,name=peer,proto3" json:"peer,omitempty"`
+	// Remote address of the stream, as the server sees it; empty for a
+	// worker connected to another server of the cluster.
+	Peer string `protobuf:"bytes,15,opt,name=peer,proto3" json:"peer,omitempty"`
+	// Name of the server the worker is connected to.
+	Server        string `protobuf:"bytes,16,opt,name=server,proto3" json:"server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +315,13 @@ func (x *Worker) GetSdkVersion() string {
 func (x *Worker) GetPeer() string {
 	if x != nil {
 		return x.Peer
+	}
+	return ""
+}
+
+func (x *Worker) GetServer() string {
+	if x != nil {
+		return x.Server
 	}
 	return ""
 }
@@ -1188,7 +1203,7 @@ var File_aion_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x04\n" +
+	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
@@ -1210,7 +1225,8 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\bidentity\x18\r \x01(\tR\bidentity\x12\x1f\n" +
 	"\vsdk_version\x18\x0e \x01(\tR\n" +
 	"sdkVersion\x12\x12\n" +
-	"\x04peer\x18\x0f \x01(\tR\x04peer\"\xd5\x01\n" +
+	"\x04peer\x18\x0f \x01(\tR\x04peer\x12\x16\n" +
+	"\x06server\x18\x10 \x01(\tR\x06server\"\xd5\x01\n" +
 	"\tPoolStats\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -1268,13 +1284,14 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\vWorkerState\x12\x1c\n" +
 	"\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16WORKER_STATE_CONNECTED\x10\x01\x12\x19\n" +
-	"\x15WORKER_STATE_DRAINING\x10\x02*\xb9\x01\n" +
+	"\x15WORKER_STATE_DRAINING\x10\x02*\xdc\x01\n" +
 	"\x10DisconnectReason\x12!\n" +
 	"\x1dDISCONNECT_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cDISCONNECT_REASON_DISCONNECT\x10\x01\x12\x1d\n" +
 	"\x19DISCONNECT_REASON_TIMEOUT\x10\x02\x12\"\n" +
 	"\x1eDISCONNECT_REASON_DEREGISTERED\x10\x03\x12\x1d\n" +
-	"\x19DISCONNECT_REASON_DRAINED\x10\x042\xdd\x01\n" +
+	"\x19DISCONNECT_REASON_DRAINED\x10\x04\x12!\n" +
+	"\x1dDISCONNECT_REASON_SERVER_LOST\x10\x052\xdd\x01\n" +
 	"\x0eClusterService\x12H\n" +
 	"\vListWorkers\x12\x1b.aion.v1.ListWorkersRequest\x1a\x1c.aion.v1.ListWorkersResponse\x12H\n" +
 	"\vDrainWorker\x12\x1b.aion.v1.DrainWorkerRequest\x1a\x1c.aion.v1.DrainWorkerResponse\x127\n" +

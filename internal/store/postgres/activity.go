@@ -17,13 +17,16 @@ const insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, ac
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::jsonb, $14, $15, $16, $17, $18)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
-// endActivitySet moves an open activity; $1..$10 are shared by both EndAttempt
-// statements. A closed or missing activity matches no row.
+// endActivitySet moves an open activity; $1..$11 are shared by both EndAttempt
+// statements. A closed or missing activity matches no row, and so does one
+// owned by another server than $11 when $11 is set. The activity leaves its
+// owner either way: it is closed, or waits for its retry.
 const endActivitySet = `UPDATE activities SET state = $1, attempt = greatest(attempt, $2::integer),
 		started_at = CASE WHEN started_at = 0 THEN $3::bigint ELSE started_at END,
 		result = $4::bytea, failure = $5::jsonb, heartbeat = coalesce($6::bytea, heartbeat),
-		ready_at = $7::bigint, closed_at = $8::bigint
-	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`
+		ready_at = $7::bigint, closed_at = $8::bigint, owner = 0, cancel_reason = NULL
+	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')
+		AND ($11::bigint = 0 OR owner = $11::bigint)`
 
 // endActivitySQL ends an activity without recording an attempt and returns
 // how many activities it changed.
@@ -35,7 +38,7 @@ const endActivitySQL = `WITH up AS (` + endActivitySet + ` RETURNING 1)
 const endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
 	att AS (
 		INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
-		SELECT $9::text, $10::text, $11::integer, $12::bigint, $13::text, $14::bigint, $15::bigint, $16::text, $17::jsonb FROM up
+		SELECT $9::text, $10::text, $12::integer, $13::bigint, $14::text, $15::bigint, $16::bigint, $17::text, $18::jsonb FROM up
 		ON CONFLICT (namespace, activity_id, number) DO UPDATE SET
 			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
 			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure
@@ -65,7 +68,8 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt))
 		case store.EndAttempt:
 			args := []any{string(w.State), 0, store.UnixNanos(w.StartedAt), w.Result,
-				store.EncodeFailure(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt), w.Namespace, w.ID}
+				store.EncodeFailure(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt),
+				w.Namespace, w.ID, int64(w.Owner)}
 			if at := w.Attempt; at != nil {
 				args[1] = at.Number
 				args = append(args, at.Number, int64(at.WorkerID), at.Node,
@@ -77,6 +81,11 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		default:
 			return nil, fmt.Errorf("apply %d writes: write %d: unknown write %T", len(writes), i, w)
 		}
+	}
+	// New work wakes every server once the transaction commits.
+	work := workPayload(writes)
+	if work != "" {
+		b.Queue(`SELECT pg_notify('`+channelWork+`', $1)`, work)
 	}
 	changed := make([]bool, len(writes))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -96,6 +105,12 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			if err != nil {
 				br.Close()
 				return fmt.Errorf("write %d (%T): %w", i, w, err)
+			}
+		}
+		if work != "" {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return fmt.Errorf("announce new work: %w", err)
 			}
 		}
 		return br.Close()

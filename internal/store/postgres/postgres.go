@@ -107,6 +107,35 @@ var migrations = []string{
 		failure     jsonb,
 		PRIMARY KEY (namespace, activity_id, number)
 	)`,
+	// Cluster mode: claims, owners and leases, the worker directory and
+	// server-to-server messages.
+	`ALTER TABLE activities ADD COLUMN owner bigint NOT NULL DEFAULT 0,
+		ADD COLUMN attempt_started_at bigint NOT NULL DEFAULT 0,
+		ADD COLUMN cancel_reason text;
+	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, seq) WHERE state = 'scheduled';
+	CREATE INDEX activities_owned ON activities (owner) WHERE owner <> 0;
+	CREATE TABLE servers (
+		id          bigserial PRIMARY KEY,
+		name        text NOT NULL,
+		addr        text NOT NULL,
+		started_at  bigint NOT NULL,
+		lease_until bigint NOT NULL
+	);
+	CREATE TABLE workers (
+		id     bigint PRIMARY KEY,
+		server bigint NOT NULL,
+		info   bytea NOT NULL
+	);
+	CREATE INDEX workers_by_server ON workers (server);
+	CREATE TABLE server_messages (
+		id          bigserial PRIMARY KEY,
+		to_server   bigint NOT NULL,
+		from_server bigint NOT NULL,
+		kind        text NOT NULL,
+		body        bytea,
+		call_id     bigint NOT NULL DEFAULT 0
+	);
+	CREATE INDEX server_messages_to ON server_messages (to_server)`,
 }
 
 // migrate applies every migration the database lacks, in one transaction

@@ -1,0 +1,453 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// ClusterConfig makes the engine one server of several sharing one store.
+//
+// In cluster mode waiting work lives only in the store. A server claims
+// activities for the workers connected to it, owns each claimed activity
+// until its attempt ends (its writes then apply only while it still owns
+// it), and hands a retried activity back to the store. Deadlines of waiting
+// work are enforced by sweeps any server may run.
+type ClusterConfig struct {
+	Store store.Cluster
+	// Self is this server's membership.
+	Self store.ServerID
+	// Poll is how often claims, waiting-work deadlines and cancel requests
+	// are checked without a wake-up; 0 means one second.
+	Poll time.Duration
+	// PreferGrace is how long an activity of a prefer{nodes} namespace is
+	// left to servers with workers on those nodes before any other server
+	// claims it; 0 means 200ms.
+	PreferGrace time.Duration
+	// ForwardCancel asks the owner of a running activity to cancel it. The
+	// request is also recorded in the store, so a lost message only delays it
+	// to the owner's next poll (or its lease's end).
+	ForwardCancel func(ctx context.Context, owner store.ServerID, namespace, id, reason string)
+}
+
+// maxClaim caps the activities one triple claims in one round trip.
+const maxClaim = 512
+
+// errNotOwner is a write refused because this server no longer owns the
+// activity: its lease ran out and another server took the work over.
+var errNotOwner = errors.New("this server no longer owns the activity")
+
+// claims is the claim loop's state; it is guarded by the engine lock.
+type claims struct {
+	// dirty holds the triples to claim for on the next round.
+	dirty map[registry.Triple]struct{}
+	// empty remembers, per triple and node label, that the last claim found
+	// less than it asked for, so a freed slot does not query again until a
+	// notice says new work arrived.
+	empty map[registry.Triple]map[string]bool
+	kick  chan struct{}
+	// backlog is the last sample of waiting work, refreshed each poll.
+	backlog []store.WaitingBacklog
+}
+
+func newClaims() *claims {
+	return &claims{
+		dirty: make(map[registry.Triple]struct{}),
+		empty: make(map[registry.Triple]map[string]bool),
+		kick:  make(chan struct{}, 1),
+	}
+}
+
+func (c *claims) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NewWork tells the engine that work may be waiting for these triples (all
+// triples when nil): a notice from another server, or a reconnect after
+// notices may have been missed.
+func (e *Engine) NewWork(triples []registry.Triple) {
+	if e.cl == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if triples == nil {
+		clear(e.claims.empty)
+		for _, t := range e.reg.Triples() {
+			e.claims.dirty[t] = struct{}{}
+		}
+	}
+	for _, t := range triples {
+		delete(e.claims.empty, t)
+		e.claims.dirty[t] = struct{}{}
+	}
+	e.claims.wake()
+}
+
+// wantLocked marks a triple for claiming after a worker slot freed or a
+// worker joined, unless the last claim found nothing for any label.
+func (e *Engine) wantLocked(t registry.Triple, node string) {
+	if e.claims.empty[t][node] {
+		return
+	}
+	e.claims.dirty[t] = struct{}{}
+	e.claims.wake()
+}
+
+// releaseLocked lets go of an activity that is durable as scheduled: in
+// cluster mode it waits in the store, where any server may claim it.
+func (e *Engine) releaseLocked(a *activity) {
+	e.dropOpenLocked(a)
+	a.wakeWaiters()
+	t := tripleOf(&a.rec)
+	if ready := a.rec.ReadyAt; ready.After(e.now()) {
+		e.armAnnounceLocked(ready, t)
+		return
+	}
+	delete(e.claims.empty, t)
+	e.claims.dirty[t] = struct{}{}
+	e.claims.wake()
+}
+
+// announce tells every server that work of t is ready now.
+func (e *Engine) announce(t registry.Triple) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		err := e.cl.Store.Announce(e.bgCtx, store.Notice{Kind: store.NoticeWork,
+			Triples: [][3]string{{t.Pool.Namespace, t.Pool.TaskQueue, t.ActivityType}}})
+		if err != nil && e.bgCtx.Err() == nil {
+			e.log.Warn("announce ready work", "triple", t.String(), "err", err)
+		}
+	}()
+}
+
+// runClaims claims work for local workers whenever a triple is marked, and
+// at least every poll.
+func (e *Engine) runClaims() {
+	defer e.done.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.claims.kick:
+		}
+		for e.claimRound() {
+			select {
+			case <-e.stop:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// claimGroup is the workers reserved for one claim: one triple, one label.
+type claimGroup struct {
+	t       registry.Triple
+	node    string
+	workers []*registry.Worker
+}
+
+// claimRound reserves free slots of local workers for the marked triples,
+// claims that much work from the store in one round trip, and starts what
+// it got. It reports whether another round is due at once.
+func (e *Engine) claimRound() bool {
+	e.mu.Lock()
+	if e.closed || len(e.claims.dirty) == 0 {
+		e.mu.Unlock()
+		return false
+	}
+	now := e.now()
+	var groups []*claimGroup
+	room := make(map[string]int)
+	for t := range e.claims.dirty {
+		delete(e.claims.dirty, t)
+		ns := t.Pool.Namespace
+		if _, ok := room[ns]; !ok {
+			room[ns] = maxClaim
+			if e.maxRunning > 0 {
+				room[ns] = e.maxRunning - e.running[ns]
+			}
+		}
+		byNode := map[string]*claimGroup{}
+		for n := 0; n < maxClaim && room[ns] > 0; n++ {
+			w, ok := e.reg.Select(t, registry.AnyNode())
+			if !ok {
+				break
+			}
+			room[ns]--
+			g := byNode[w.Node()]
+			if g == nil {
+				g = &claimGroup{t: t, node: w.Node()}
+				byNode[w.Node()] = g
+				groups = append(groups, g)
+			}
+			g.workers = append(g.workers, w)
+		}
+	}
+	claimsOut := make([]store.Claim, len(groups))
+	for i, g := range groups {
+		c := store.Claim{Namespace: g.t.Pool.Namespace, TaskQueue: g.t.Pool.TaskQueue, ActivityType: g.t.ActivityType,
+			Node: g.node, Limit: len(g.workers)}
+		if p := e.placements[c.Namespace]; p.Mode == store.Prefer && !slices.Contains(p.Nodes, g.node) {
+			c.ReadyBefore = now.Add(-e.cl.PreferGrace)
+		}
+		claimsOut[i] = c
+	}
+	e.mu.Unlock()
+	if len(groups) == 0 {
+		return false
+	}
+
+	got, err := e.cl.Store.ClaimActivities(e.bgCtx, e.cl.Self, now, claimsOut)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	more := false
+	var giveBack []store.Activity
+	for i, g := range groups {
+		var rows []store.Activity
+		if err == nil {
+			rows = got[i]
+		}
+		if err != nil {
+			e.claims.dirty[g.t] = struct{}{} // try again after the pause below
+		} else if len(rows) < len(g.workers) {
+			if e.claims.empty[g.t] == nil {
+				e.claims.empty[g.t] = make(map[string]bool)
+			}
+			e.claims.empty[g.t][g.node] = true
+		} else {
+			e.claims.dirty[g.t] = struct{}{}
+			more = true
+		}
+		for j, rec := range rows {
+			w := g.workers[j]
+			if e.closed || !e.reg.IsRegistered(w.ID()) {
+				giveBack = append(giveBack, rec)
+				continue
+			}
+			e.adoptLocked(rec, w, now)
+		}
+		for _, w := range g.workers[len(rows):] {
+			e.reg.Release(w)
+		}
+	}
+	if len(giveBack) > 0 {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			for _, rec := range giveBack {
+				if err := e.cl.Store.Unclaim(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
+					e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
+				}
+			}
+		}()
+	}
+	if err != nil {
+		if e.bgCtx.Err() == nil {
+			e.log.Warn("claim work", "err", err)
+		}
+		e.mu.Unlock()
+		select {
+		case <-e.stop:
+		case <-time.After(100 * time.Millisecond):
+		}
+		e.mu.Lock()
+		return true
+	}
+	return more
+}
+
+// adoptLocked starts the attempt a claim handed to this server on w, whose
+// slot is already taken.
+func (e *Engine) adoptLocked(rec store.Activity, w *registry.Worker, now time.Time) {
+	a := &activity{rec: rec, readyAt: rec.ReadyAt}
+	a.rec.Attempt-- // startLocked numbers the attempt
+	a.rec.State = store.StateScheduled
+	if a.readyAt.IsZero() || a.readyAt.After(now) {
+		a.readyAt = now
+	}
+	e.addOpenLocked(a)
+	if t := rec.Timeouts.ScheduleToClose; t > 0 {
+		e.armLocked(rec.ScheduledAt.Add(t), a.key(), 0, timerScheduleToClose)
+	}
+	e.startLocked(a, w)
+}
+
+// runChores runs, every poll, what no notice triggers: a claim for every
+// local triple (in case a notice was lost), timeouts of waiting work,
+// cancel requests addressed to this server, and the backlog sample.
+func (e *Engine) runChores() {
+	defer e.done.Done()
+	t := time.NewTicker(e.cl.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.NewWork(nil)
+		e.expireWaiting()
+		e.applyCancelRequests()
+		if b, err := e.cl.Store.Waiting(e.bgCtx, e.now()); err == nil {
+			e.mu.Lock()
+			e.claims.backlog = b
+			e.mu.Unlock()
+		}
+	}
+}
+
+// expireWaiting closes waiting work whose schedule-to-start or
+// schedule-to-close deadline passed.
+func (e *Engine) expireWaiting() {
+	now := e.now()
+	for {
+		closed, err := e.cl.Store.ExpireWaiting(e.bgCtx, now, 500, func(a store.Activity) *store.Failure {
+			if t := a.Timeouts.ScheduleToClose; t > 0 && !now.Before(a.ScheduledAt.Add(t)) {
+				return &store.Failure{Type: FailureScheduleToClose,
+					Message: "activity exceeded its schedule-to-close timeout of " + t.String()}
+			}
+			if t := a.Timeouts.ScheduleToStart; t > 0 && !now.Before(a.ReadyAt.Add(t)) {
+				return &store.Failure{Type: FailureScheduleToStart,
+					Message: "no worker started the activity within its schedule-to-start timeout of " + t.String()}
+			}
+			return nil
+		})
+		if err != nil {
+			if e.bgCtx.Err() == nil {
+				e.log.Warn("expire waiting activities", "err", err)
+			}
+			return
+		}
+		e.mu.Lock()
+		for _, a := range closed {
+			e.obs.Closed(a.Namespace, a.State)
+		}
+		e.mu.Unlock()
+		if len(closed) < 500 {
+			return
+		}
+	}
+}
+
+// applyCancelRequests cancels the owned activities another server recorded
+// a cancel request for (a backstop for a lost message).
+func (e *Engine) applyCancelRequests() {
+	acts, reasons, err := e.cl.Store.CancelRequests(e.bgCtx, e.cl.Self)
+	if err != nil {
+		if e.bgCtx.Err() == nil {
+			e.log.Warn("read cancel requests", "err", err)
+		}
+		return
+	}
+	for i, a := range acts {
+		e.CancelOwned(a.Namespace, a.ID, reasons[i])
+	}
+}
+
+// CancelOwned cancels an activity this server runs, for a cancel request
+// another server forwarded (it authorized the caller). It does nothing when
+// the activity is not running here.
+func (e *Engine) CancelOwned(ns, id, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a := e.open[key{ns, id}]
+	if a == nil || a.closing || a.creating != nil || a.worker == nil {
+		return
+	}
+	e.closeLocked(a, store.StateCanceled, &store.Failure{Type: "canceled", Message: reason}, e.now())
+}
+
+// cancelInStore cancels an activity this server does not hold: a waiting one
+// directly in the store, a running one through its owner. It returns once
+// the activity is closed, or ctx ends.
+func (e *Engine) cancelInStore(ctx context.Context, ns, id, reason string) error {
+	outcome, owner, err := e.cl.Store.RequestCancel(ctx, ns, id, reason, e.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("activity %q in namespace %q: %w", id, ns, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case store.CancelDone:
+		e.mu.Lock()
+		e.obs.Closed(ns, store.StateCanceled)
+		e.mu.Unlock()
+	case store.CancelForwarded:
+		if owner == e.cl.Self {
+			e.CancelOwned(ns, id, reason)
+		} else if e.cl.ForwardCancel != nil {
+			e.cl.ForwardCancel(ctx, owner, ns, id, reason)
+		}
+		return e.awaitClosed(ctx, ns, id)
+	}
+	return nil
+}
+
+// awaitClosed polls the store until the activity is terminal or ctx ends:
+// in cluster mode another server may be the one closing it.
+func (e *Engine) awaitClosed(ctx context.Context, ns, id string) error {
+	pause := 10 * time.Millisecond
+	for {
+		e.mu.Lock()
+		if e.waitsReleased {
+			e.mu.Unlock()
+			return fmt.Errorf("server stopping: %w", ErrClosed)
+		}
+		a := e.open[key{ns, id}]
+		var ch chan struct{}
+		if a != nil && !e.closed && !e.waitsReleased {
+			ch = make(chan struct{})
+			a.waiters = append(a.waiters, ch)
+		}
+		e.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				e.dropWaiter(key{ns, id}, ch)
+				return ctx.Err()
+			}
+		}
+		rec, err := e.st.GetActivity(ctx, ns, id)
+		if err != nil {
+			return err
+		}
+		if rec.State.Terminal() {
+			return nil
+		}
+		if ch != nil {
+			continue // it left memory: it was released to the store or closed
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.stop:
+			return fmt.Errorf("server stopping: %w", ErrClosed)
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+	}
+}
+
+// clusterBacklog turns the last store sample into pool backlogs.
+func (e *Engine) clusterBacklogLocked(now time.Time) []PoolBacklog {
+	out := make([]PoolBacklog, 0, len(e.claims.backlog))
+	for _, b := range e.claims.backlog {
+		out = append(out, PoolBacklog{Namespace: b.Namespace, TaskQueue: b.TaskQueue, Waiting: b.Waiting,
+			OldestAge: max(0, now.Sub(b.OldestReadyAt))})
+	}
+	return out
+}

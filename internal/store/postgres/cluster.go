@@ -1,0 +1,681 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var _ store.Cluster = (*Store)(nil)
+
+// The notification channels. Payloads stay far below PostgreSQL's 8000-byte
+// limit: work carries triples (or "*" for any), the others a name or an ID.
+const (
+	channelWork      = "aion_work"
+	channelNamespace = "aion_namespace"
+	channelTopology  = "aion_topology"
+	channelMessage   = "aion_message"
+	// anyWork is the work payload that wakes claims for every triple.
+	anyWork = "*"
+	// maxPayload keeps a work payload under the notification limit.
+	maxPayload = 7000
+)
+
+// dbNow is the database clock in Unix nanoseconds. Leases are measured on
+// it alone, so servers with skewed clocks still agree on who is alive.
+const dbNow = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`
+
+// workPayload lists the triples of the new activities among writes, one
+// "namespace\ttask queue\ttype" per line (names hold neither tab nor newline).
+func workPayload(writes []store.Write) string {
+	var lines []string
+	for _, w := range writes {
+		if in, ok := w.(store.InsertActivity); ok {
+			a := in.Activity
+			lines = append(lines, a.Namespace+"\t"+a.TaskQueue+"\t"+a.ActivityType)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	slices.Sort(lines)
+	lines = slices.Compact(lines)
+	p := strings.Join(lines, "\n")
+	if len(p) > maxPayload {
+		return anyWork
+	}
+	return p
+}
+
+func parseWork(p string) [][3]string {
+	if p == anyWork || p == "" {
+		return nil
+	}
+	var out [][3]string
+	for line := range strings.SplitSeq(p, "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			return nil // unreadable: treat as any work
+		}
+		out = append(out, [3]string{f[0], f[1], f[2]})
+	}
+	return out
+}
+
+// Join implements store.Cluster. Joins of one name are serialized by an
+// advisory lock on the name, so two servers starting at once cannot both
+// take it.
+func (s *Store) Join(ctx context.Context, name, addr string, lease time.Duration) (store.Member, error) {
+	var m store.Member
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('aion-server:' || $1))`, name); err != nil {
+			return err
+		}
+		var (
+			other      int64
+			leaseUntil int64
+		)
+		err := tx.QueryRow(ctx, `SELECT id, lease_until FROM servers WHERE name = $1 AND lease_until >= `+dbNow+`
+			ORDER BY lease_until DESC LIMIT 1`, name).Scan(&other, &leaseUntil)
+		switch {
+		case err == nil:
+			return fmt.Errorf("server %d holds a lease until %s: %w", other,
+				time.Unix(0, leaseUntil).UTC().Format(time.RFC3339Nano), store.ErrNameTaken)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		var started, until int64
+		err = tx.QueryRow(ctx, `INSERT INTO servers (name, addr, started_at, lease_until)
+			VALUES ($1, $2, `+dbNow+`, `+dbNow+` + $3) RETURNING id, started_at, lease_until`,
+			name, addr, int64(lease)).Scan(&m.ID, &started, &until)
+		if err != nil {
+			return err
+		}
+		m.Name, m.Addr = name, addr
+		m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
+		return nil
+	})
+	if err != nil {
+		return store.Member{}, fmt.Errorf("join cluster as %q: %w", name, err)
+	}
+	return m, s.announce(ctx, channelTopology, strconv.FormatInt(int64(m.ID), 10))
+}
+
+// Renew implements store.Cluster.
+func (s *Store) Renew(ctx context.Context, id store.ServerID, lease time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE servers SET lease_until = `+dbNow+` + $2 WHERE id = $1`, int64(id), int64(lease))
+	if err != nil {
+		return fmt.Errorf("renew lease of server %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("renew lease of server %d: %w", id, store.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Members implements store.Cluster.
+func (s *Store) Members(ctx context.Context) ([]store.Member, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
+		WHERE lease_until >= `+dbNow+` ORDER BY name COLLATE "C", id`)
+	if err != nil {
+		return nil, fmt.Errorf("list cluster members: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Member
+	for rows.Next() {
+		var (
+			m              store.Member
+			started, until int64
+		)
+		if err := rows.Scan(&m.ID, &m.Name, &m.Addr, &started, &until); err != nil {
+			return nil, fmt.Errorf("list cluster members: %w", err)
+		}
+		m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list cluster members: %w", err)
+	}
+	return out, nil
+}
+
+// Leave implements store.Cluster.
+func (s *Store) Leave(ctx context.Context, id store.ServerID) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var m store.Member
+		err := tx.QueryRow(ctx, `SELECT id, name FROM servers WHERE id = $1 FOR UPDATE`, int64(id)).Scan(&m.ID, &m.Name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		_, err = s.release(ctx, tx, m, false)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("leave cluster as server %d: %w", id, err)
+	}
+	return nil
+}
+
+// Reap implements store.Cluster. SKIP LOCKED lets every server reap at once
+// without two of them handling the same dead member.
+func (s *Store) Reap(ctx context.Context, now time.Time) ([]store.Reaped, error) {
+	var out []store.Reaped
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
+			WHERE lease_until < `+dbNow+` ORDER BY id FOR UPDATE SKIP LOCKED`)
+		if err != nil {
+			return err
+		}
+		var dead []store.Member
+		for rows.Next() {
+			var (
+				m              store.Member
+				started, until int64
+			)
+			if err := rows.Scan(&m.ID, &m.Name, &m.Addr, &started, &until); err != nil {
+				rows.Close()
+				return err
+			}
+			m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
+			dead = append(dead, m)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, m := range dead {
+			r, err := s.release(ctx, tx, m, true)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reap expired servers: %w", err)
+	}
+	return out, nil
+}
+
+// release hands back everything member m owned, inside tx: each running
+// attempt is recorded as failed with server_lost and its activity waits for
+// a retry (or is canceled, when a cancel was requested); its workers and
+// messages go, and so does m. lost says m was reaped rather than left.
+func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost bool) (store.Reaped, error) {
+	r := store.Reaped{Member: m}
+	why, topology := "left the cluster", strconv.FormatInt(int64(m.ID), 10)
+	if lost {
+		why, topology = "stopped renewing its lease", fmt.Sprintf("%d lost %s", m.ID, m.Name)
+	}
+	failure := store.EncodeFailure(&store.Failure{Type: "server_lost", Retryable: true,
+		Message: fmt.Sprintf("server %s (%d) %s while running the attempt", m.Name, m.ID, why)})
+	canceled := store.EncodeFailure(&store.Failure{Type: "canceled", Message: "canceled while its server was lost"})
+	err := tx.QueryRow(ctx, `WITH lost AS (
+			SELECT namespace, id, attempt, attempt_started_at, cancel_reason FROM activities
+			WHERE owner = $1 AND state = 'running' FOR UPDATE
+		), att AS (
+			INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
+			SELECT namespace, id, attempt, 0, '', attempt_started_at, `+dbNow+`, 'failed', $2::jsonb FROM lost
+			ON CONFLICT (namespace, activity_id, number) DO NOTHING
+		), up AS (
+			UPDATE activities a SET owner = 0,
+				state = CASE WHEN l.cancel_reason IS NULL THEN 'scheduled' ELSE 'canceled' END,
+				ready_at = `+dbNow+`,
+				closed_at = CASE WHEN l.cancel_reason IS NULL THEN 0 ELSE `+dbNow+` END,
+				failure = CASE WHEN l.cancel_reason IS NULL THEN a.failure
+					ELSE jsonb_set($3::jsonb, '{message}', to_jsonb(l.cancel_reason)) END,
+				cancel_reason = NULL
+			FROM lost l WHERE a.namespace = l.namespace AND a.id = l.id
+			RETURNING l.cancel_reason IS NOT NULL AS was_canceled
+		)
+		SELECT count(*) FILTER (WHERE NOT was_canceled), count(*) FILTER (WHERE was_canceled) FROM up`,
+		int64(m.ID), failure, canceled).Scan(&r.Requeued, &r.Canceled)
+	if err != nil {
+		return r, fmt.Errorf("release the attempts of server %d: %w", m.ID, err)
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM workers WHERE server = $1 RETURNING id`, int64(m.ID))
+	if err != nil {
+		return r, fmt.Errorf("remove the workers of server %d: %w", m.ID, err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return r, err
+		}
+		r.Workers = append(r.Workers, uint64(id))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return r, err
+	}
+	slices.Sort(r.Workers)
+	for _, q := range []string{
+		`DELETE FROM server_messages WHERE to_server = $1`,
+		`DELETE FROM servers WHERE id = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, int64(m.ID)); err != nil {
+			return r, fmt.Errorf("remove server %d: %w", m.ID, err)
+		}
+	}
+	if r.Requeued > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelWork, anyWork); err != nil {
+			return r, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelTopology, topology); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// claimSQL takes up to $8 ready activities of one triple, oldest first,
+// skipping rows another claim holds, and hands them to owner $1.
+const claimSQL = `UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2
+	FROM (SELECT seq AS claim_seq FROM activities
+		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+			AND ready_at <= $6 AND (node = '' OR node = $7)
+		ORDER BY seq LIMIT $8 FOR UPDATE SKIP LOCKED) c
+	WHERE a.seq = c.claim_seq
+	RETURNING ` + store.ActivityColumns
+
+// ClaimActivities implements store.Cluster: every claim is one statement, and
+// all of them travel in one round trip.
+func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now time.Time, claims []store.Claim) ([][]store.Activity, error) {
+	b := &pgx.Batch{}
+	for _, c := range claims {
+		before := now
+		if !c.ReadyBefore.IsZero() {
+			before = c.ReadyBefore
+		}
+		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
+			store.UnixNanos(before), c.Node, c.Limit)
+	}
+	out := make([][]store.Activity, len(claims))
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for i := range claims {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, fmt.Errorf("claim activities: %w", err)
+		}
+		for rows.Next() {
+			a, err := scanActivity(rows)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("claim activities: %w", err)
+			}
+			out[i] = append(out[i], a)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("claim activities: %w", err)
+		}
+		slices.SortFunc(out[i], func(x, y store.Activity) int { return cmp.Compare(x.Seq, y.Seq) })
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim activities: %w", err)
+	}
+	return out, nil
+}
+
+// Unclaim implements store.Cluster.
+func (s *Store) Unclaim(ctx context.Context, owner store.ServerID, namespace, id string) error {
+	var tq, typ string
+	err := s.pool.QueryRow(ctx, `UPDATE activities SET state = 'scheduled', attempt = attempt - 1, owner = 0
+		WHERE namespace = $1 AND id = $2 AND owner = $3 AND state = 'running' RETURNING task_queue, activity_type`,
+		namespace, id, int64(owner)).Scan(&tq, &typ)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("hand back activity %q in namespace %q: %w", id, namespace, err)
+	}
+	return s.announce(ctx, channelWork, namespace+"\t"+tq+"\t"+typ)
+}
+
+// ExpireWaiting implements store.Cluster.
+func (s *Store) ExpireWaiting(ctx context.Context, now time.Time, limit int, failure func(store.Activity) *store.Failure) ([]store.Activity, error) {
+	var out []store.Activity
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, `SELECT `+store.ActivityColumns+` FROM activities
+			WHERE state = 'scheduled' AND (
+				((timeouts->>'schedule_to_close')::bigint > 0 AND scheduled_at + (timeouts->>'schedule_to_close')::bigint <= $1)
+				OR ((timeouts->>'schedule_to_start')::bigint > 0 AND ready_at + (timeouts->>'schedule_to_start')::bigint <= $1))
+			ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`, store.UnixNanos(now), limit)
+		if err != nil {
+			return err
+		}
+		var due []store.Activity
+		for rows.Next() {
+			a, err := scanActivity(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			due = append(due, a)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, a := range due {
+			f := failure(a)
+			if f == nil {
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE activities SET state = 'timed_out', failure = $1, closed_at = $2 WHERE seq = $3`,
+				store.EncodeFailure(f), store.UnixNanos(now), a.Seq); err != nil {
+				return err
+			}
+			a.State, a.Failure, a.ClosedAt = store.StateTimedOut, f, now
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expire waiting activities: %w", err)
+	}
+	return out, nil
+}
+
+// RequestCancel implements store.Cluster.
+func (s *Store) RequestCancel(ctx context.Context, namespace, id, reason string, now time.Time) (store.CancelOutcome, store.ServerID, error) {
+	var (
+		outcome store.CancelOutcome
+		owner   int64
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state, owner FROM activities WHERE namespace = $1 AND id = $2 FOR UPDATE`,
+			namespace, id).Scan(&state, &owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		switch store.ActivityState(state) {
+		case store.StateScheduled:
+			outcome = store.CancelDone
+			_, err = tx.Exec(ctx, `UPDATE activities SET state = 'canceled', failure = $1, closed_at = $2
+				WHERE namespace = $3 AND id = $4`,
+				store.EncodeFailure(&store.Failure{Type: "canceled", Message: reason}), store.UnixNanos(now), namespace, id)
+		case store.StateRunning:
+			outcome = store.CancelForwarded
+			_, err = tx.Exec(ctx, `UPDATE activities SET cancel_reason = $1 WHERE namespace = $2 AND id = $3`, reason, namespace, id)
+		default:
+			outcome = store.CancelClosed
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("cancel activity %q in namespace %q: %w", id, namespace, err)
+	}
+	return outcome, store.ServerID(owner), nil
+}
+
+// CancelRequests implements store.Cluster.
+func (s *Store) CancelRequests(ctx context.Context, owner store.ServerID) ([]store.Activity, []string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+store.ActivityColumns+`, cancel_reason FROM activities
+		WHERE owner = $1 AND state = 'running' AND cancel_reason IS NOT NULL ORDER BY seq`, int64(owner))
+	if err != nil {
+		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+	}
+	defer rows.Close()
+	var (
+		acts    []store.Activity
+		reasons []string
+	)
+	for rows.Next() {
+		var (
+			r      store.ActivityRow
+			reason string
+		)
+		if err := rows.Scan(append(r.Dest(), &reason)...); err != nil {
+			return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+		}
+		a, err := r.Decode()
+		if err != nil {
+			return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+		}
+		acts, reasons = append(acts, a), append(reasons, reason)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+	}
+	return acts, reasons, nil
+}
+
+// OwnerOf implements store.Cluster.
+func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.ServerID, int, error) {
+	var owner int64
+	var attempt int
+	err := s.pool.QueryRow(ctx, `SELECT owner, attempt FROM activities WHERE namespace = $1 AND id = $2 AND state = 'running'`,
+		namespace, id).Scan(&owner, &attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, err)
+	}
+	return store.ServerID(owner), attempt, nil
+}
+
+// Waiting implements store.Cluster.
+func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBacklog, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, task_queue, count(*), min(ready_at) FROM activities
+		WHERE state = 'scheduled' AND ready_at <= $1 GROUP BY namespace, task_queue
+		ORDER BY namespace COLLATE "C", task_queue COLLATE "C"`, store.UnixNanos(now))
+	if err != nil {
+		return nil, fmt.Errorf("measure the backlog: %w", err)
+	}
+	defer rows.Close()
+	var out []store.WaitingBacklog
+	for rows.Next() {
+		var (
+			b     store.WaitingBacklog
+			ready int64
+		)
+		if err := rows.Scan(&b.Namespace, &b.TaskQueue, &b.Waiting, &ready); err != nil {
+			return nil, fmt.Errorf("measure the backlog: %w", err)
+		}
+		b.OldestReadyAt = store.FromUnixNanos(ready)
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("measure the backlog: %w", err)
+	}
+	return out, nil
+}
+
+// PutWorker implements store.Cluster.
+func (s *Store) PutWorker(ctx context.Context, w store.WorkerRecord) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO workers (id, server, info) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET server = excluded.server, info = excluded.info`,
+		int64(w.ID), int64(w.Server), w.Info)
+	if err != nil {
+		return fmt.Errorf("record worker %d: %w", w.ID, err)
+	}
+	return nil
+}
+
+// DeleteWorker implements store.Cluster.
+func (s *Store) DeleteWorker(ctx context.Context, id uint64) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM workers WHERE id = $1`, int64(id)); err != nil {
+		return fmt.Errorf("remove worker %d: %w", id, err)
+	}
+	return nil
+}
+
+// Workers implements store.Cluster.
+func (s *Store) Workers(ctx context.Context) ([]store.WorkerRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, server, info FROM workers ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	defer rows.Close()
+	var out []store.WorkerRecord
+	for rows.Next() {
+		var (
+			w          store.WorkerRecord
+			id, server int64
+		)
+		if err := rows.Scan(&id, &server, &w.Info); err != nil {
+			return nil, fmt.Errorf("list workers: %w", err)
+		}
+		w.ID, w.Server = uint64(id), store.ServerID(server)
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
+}
+
+// Send implements store.Cluster.
+func (s *Store) Send(ctx context.Context, to store.ServerID, m store.Message) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `WITH m AS (
+			INSERT INTO server_messages (to_server, from_server, kind, body, call_id) VALUES ($1, $2, $3, $4, $5) RETURNING id
+		) SELECT id FROM m, pg_notify('`+channelMessage+`', $1::text)`,
+		int64(to), int64(m.From), m.Kind, m.Body, m.Call).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("send %s to server %d: %w", m.Kind, to, err)
+	}
+	return id, nil
+}
+
+// Receive implements store.Cluster.
+func (s *Store) Receive(ctx context.Context, id store.ServerID) ([]store.Message, error) {
+	rows, err := s.pool.Query(ctx, `DELETE FROM server_messages WHERE to_server = $1
+		RETURNING id, from_server, kind, body, call_id`, int64(id))
+	if err != nil {
+		return nil, fmt.Errorf("receive messages: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Message
+	for rows.Next() {
+		var (
+			m    store.Message
+			from int64
+		)
+		if err := rows.Scan(&m.ID, &from, &m.Kind, &m.Body, &m.Call); err != nil {
+			return nil, fmt.Errorf("receive messages: %w", err)
+		}
+		m.From = store.ServerID(from)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("receive messages: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Announce implements store.Cluster.
+func (s *Store) Announce(ctx context.Context, n store.Notice) error {
+	switch n.Kind {
+	case store.NoticeWork:
+		p := anyWork
+		if len(n.Triples) > 0 {
+			lines := make([]string, len(n.Triples))
+			for i, t := range n.Triples {
+				lines[i] = t[0] + "\t" + t[1] + "\t" + t[2]
+			}
+			if j := strings.Join(lines, "\n"); len(j) <= maxPayload {
+				p = j
+			}
+		}
+		return s.announce(ctx, channelWork, p)
+	case store.NoticeNamespace:
+		return s.announce(ctx, channelNamespace, n.Name)
+	case store.NoticeTopology:
+		return s.announce(ctx, channelTopology, n.Name)
+	}
+	return fmt.Errorf("announce: notice kind %d cannot be announced", n.Kind)
+}
+
+func (s *Store) announce(ctx context.Context, channel, payload string) error {
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		return fmt.Errorf("announce on %s: %w", channel, err)
+	}
+	return nil
+}
+
+// Listen implements store.Cluster on a connection of its own (LISTEN holds
+// a session), reconnecting with a growing pause when it breaks.
+func (s *Store) Listen(ctx context.Context, self store.ServerID, fn func(store.Notice)) error {
+	pause := 50 * time.Millisecond
+	for first := true; ; first = false {
+		err := s.listenOnce(ctx, self, fn, !first)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The connection broke (err says why); notices sent meanwhile are
+		// lost, which the NoticeReconnected after reconnecting tells fn.
+		_ = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, self store.ServerID, fn func(store.Notice), reconnected bool) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, ch := range []string{channelWork, channelNamespace, channelTopology, channelMessage} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return err
+		}
+	}
+	if reconnected {
+		fn(store.Notice{Kind: store.NoticeReconnected})
+	}
+	me := strconv.FormatInt(int64(self), 10)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if nt := noticeOf(n, me); nt.Kind != 0 {
+			fn(nt)
+		}
+	}
+}
+
+func noticeOf(n *pgconn.Notification, me string) store.Notice {
+	switch n.Channel {
+	case channelWork:
+		return store.Notice{Kind: store.NoticeWork, Triples: parseWork(n.Payload)}
+	case channelNamespace:
+		return store.Notice{Kind: store.NoticeNamespace, Name: n.Payload}
+	case channelTopology:
+		return store.Notice{Kind: store.NoticeTopology, Name: n.Payload}
+	case channelMessage:
+		if n.Payload == me {
+			return store.Notice{Kind: store.NoticeMessage}
+		}
+	}
+	return store.Notice{}
+}
