@@ -52,6 +52,10 @@ type Options struct {
 	// Store is the in-process server's store: empty for SQLite, or a
 	// postgres:// URL.
 	Store string
+	// Servers is how many in-process servers share Store (a cluster; more
+	// than one needs PostgreSQL). Workers and schedulers are spread over
+	// them round-robin, so most work crosses from one server to another.
+	Servers int
 	// Progress receives a progress bar when it is a terminal; nil for none.
 	Progress io.Writer
 	// Log receives the in-process server's log; nil discards it.
@@ -80,13 +84,14 @@ type Report struct {
 	Payload         int         `json:"payload"`
 	Rate            float64     `json:"rate"`
 	Server          string      `json:"server"`
+	Servers         int         `json:"servers"`
 	SQLiteSync      string      `json:"sqlite_sync,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
 func Defaults() Options {
 	return Options{Activities: 20000, Workers: 4, Slots: 64, Concurrency: 8, Payload: 64, Batch: 0,
-		Namespace: "bench", TaskQueue: "bench", SQLiteSync: "full"}
+		Namespace: "bench", TaskQueue: "bench", SQLiteSync: "full", Servers: 1}
 }
 
 func (o *Options) validate() error {
@@ -105,6 +110,12 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--batch: %d, want 0 (unary) to 1000", o.Batch)
 	case o.Rate < 0:
 		return fmt.Errorf("--rate: %v is negative", o.Rate)
+	case o.Servers < 1:
+		return fmt.Errorf("--servers: %d, want at least 1", o.Servers)
+	case o.Servers > 1 && o.Address != "":
+		return fmt.Errorf("--servers: %d in-process servers cannot be combined with --address", o.Servers)
+	case o.Servers > 1 && o.Store == "":
+		return fmt.Errorf("--servers: %d servers must share a PostgreSQL store; set --store postgres://…", o.Servers)
 	}
 	return nil
 }
@@ -116,28 +127,33 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep := Report{Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency, Batch: o.Batch,
 		Payload: o.Payload, Rate: o.Rate, Server: o.Address}
-	addr := o.Address
-	if addr == "" {
+	addrs := []string{o.Address}
+	if o.Address == "" {
 		dir, err := os.MkdirTemp("", "aion-bench-")
 		if err != nil {
 			return Report{}, err
 		}
 		defer os.RemoveAll(dir)
-		cfg := server.Defaults()
-		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", dir, o.SQLiteSync
-		cfg.Store = o.Store
-		cfg.DrainTimeout = 5 * time.Second
-		srv, err := server.Start(ctx, cfg, o.Log)
-		if err != nil {
-			return Report{}, fmt.Errorf("start in-process server: %w", err)
+		addrs = addrs[:0]
+		for i := range o.Servers {
+			cfg := server.Defaults()
+			cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", dir, o.SQLiteSync
+			cfg.Store = o.Store
+			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
+			cfg.DrainTimeout = 5 * time.Second
+			srv, err := server.Start(ctx, cfg, o.Log)
+			if err != nil {
+				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
+			}
+			defer srv.Shutdown(context.Background())
+			addrs = append(addrs, srv.GRPCAddr())
 		}
-		defer srv.Shutdown(context.Background())
-		addr = srv.GRPCAddr()
-		rep.Server, rep.SQLiteSync = "in-process "+addr, o.SQLiteSync
+		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync
 		if o.Store != "" {
-			rep.Server, rep.SQLiteSync = "in-process "+addr+" on postgres", ""
+			rep.Server, rep.SQLiteSync = fmt.Sprintf("%d in-process server(s) on postgres", o.Servers), ""
 		}
 	}
+	rep.Servers = len(addrs)
 
 	run := &runner{o: o, total: int64(o.Activities), allDone: make(chan struct{}),
 		toStart: make([]time.Duration, 0, o.Activities), endToEnd: make([]time.Duration, 0, o.Activities)}
@@ -145,8 +161,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer stopWorkers()
 	var wg sync.WaitGroup
 	ready := make(chan error, o.Workers)
-	for range o.Workers {
-		wg.Go(func() { run.worker(wctx, addr, ready) })
+	for i := range o.Workers {
+		wg.Go(func() { run.worker(wctx, addrs[i%len(addrs)], ready) })
 	}
 	for range o.Workers {
 		if err := <-ready; err != nil {
@@ -156,16 +172,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return Report{}, err
+	var clients []aionv1.ActivityServiceClient
+	for _, addr := range addrs {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return Report{}, err
+		}
+		defer cc.Close()
+		clients = append(clients, aionv1.NewActivityServiceClient(cc))
 	}
-	defer cc.Close()
-	client := aionv1.NewActivityServiceClient(cc)
 
 	start := time.Now()
 	stopProgress := run.progress(o.Progress, start)
-	run.schedule(ctx, client)
+	run.schedule(ctx, clients)
 	select {
 	case <-run.allDone:
 	case <-ctx.Done():
@@ -217,7 +236,7 @@ func (r *runner) payload(sent time.Time) []byte {
 // schedule sends every activity from Concurrency goroutines. With a Rate,
 // call k is due at start + k·Batch/Rate (an open-loop load: a slow server
 // does not slow the offered rate down, late calls go out at once).
-func (r *runner) schedule(ctx context.Context, client aionv1.ActivityServiceClient) {
+func (r *runner) schedule(ctx context.Context, clients []aionv1.ActivityServiceClient) {
 	per := int64(max(r.o.Batch, 1))
 	var interval time.Duration
 	if r.o.Rate > 0 {
@@ -226,7 +245,8 @@ func (r *runner) schedule(ctx context.Context, client aionv1.ActivityServiceClie
 	start := time.Now()
 	var calls atomic.Int64
 	var wg sync.WaitGroup
-	for range r.o.Concurrency {
+	for g := range r.o.Concurrency {
+		client := clients[g%len(clients)]
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				n := r.claim(per)

@@ -69,6 +69,7 @@ acknowledgement that the result is durable.`,
 	f.StringVar(&o.TaskQueue, "task-queue", o.TaskQueue, "task queue the run uses")
 	f.StringVar(&o.SQLiteSync, "sqlite-sync", o.SQLiteSync, "synchronous mode of the in-process server: full or normal")
 	f.StringVar(&o.Store, "store", "", "store of the in-process server: empty for SQLite, or a postgres:// URL")
+	f.IntVar(&o.Servers, "servers", o.Servers, "in-process servers sharing --store (a cluster; more than one needs PostgreSQL); workers and schedulers are spread over them")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return cmd
 }

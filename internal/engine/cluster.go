@@ -53,13 +53,26 @@ type claims struct {
 	kick  chan struct{}
 	// backlog is the last sample of waiting work, refreshed each poll.
 	backlog []store.WaitingBacklog
+	// failures counts claim rounds that failed in a row, for the pause.
+	failures int
+	// open is the last sample of open activities per namespace, and
+	// scheduled counts what this server scheduled since: together they are
+	// the pending count the per-namespace cap is checked against.
+	open, scheduled map[string]int
+	// orphans are activities this server owns whose ending could not be
+	// written (the database was unreachable); each poll hands them back
+	// until that succeeds, so they run again rather than stay running.
+	orphans map[key]struct{}
 }
 
 func newClaims() *claims {
 	return &claims{
 		dirty: make(map[registry.Triple]struct{}),
-		empty: make(map[registry.Triple]map[string]bool),
-		kick:  make(chan struct{}, 1),
+		empty:   make(map[registry.Triple]map[string]bool),
+		kick:    make(chan struct{}, 1),
+		orphans:   make(map[key]struct{}),
+		open:      make(map[string]int),
+		scheduled: make(map[string]int),
 	}
 }
 
@@ -254,16 +267,24 @@ func (e *Engine) claimRound() bool {
 		}()
 	}
 	if err != nil {
-		if e.bgCtx.Err() == nil {
-			e.log.Warn("claim work", "err", err)
+		// The database is unreachable or refused: pause, longer each time,
+		// and say so once per outage.
+		e.claims.failures++
+		if e.claims.failures == 1 && e.bgCtx.Err() == nil {
+			e.log.Warn("claim work failed; retrying", "err", err)
 		}
+		pause := min(50*time.Millisecond<<min(e.claims.failures, 6), 2*time.Second)
 		e.mu.Unlock()
 		select {
 		case <-e.stop:
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
 		e.mu.Lock()
 		return true
+	}
+	if e.claims.failures > 0 {
+		e.log.Info("claiming work again", "failed_rounds", e.claims.failures)
+		e.claims.failures = 0
 	}
 	return more
 }
@@ -298,6 +319,7 @@ func (e *Engine) runChores() {
 		case <-t.C:
 		}
 		e.NewWork(nil)
+		e.handBackOrphans()
 		e.expireWaiting()
 		e.applyCancelRequests()
 		if b, err := e.cl.Store.Waiting(e.bgCtx, e.now()); err == nil {
@@ -305,6 +327,33 @@ func (e *Engine) runChores() {
 			e.claims.backlog = b
 			e.mu.Unlock()
 		}
+		if e.maxPending > 0 {
+			if open, err := e.cl.Store.OpenCounts(e.bgCtx); err == nil {
+				e.mu.Lock()
+				e.claims.open = open
+				clear(e.claims.scheduled)
+				e.mu.Unlock()
+			}
+		}
+	}
+}
+
+// handBackOrphans returns to the store the activities whose ending could not
+// be written, so another attempt runs.
+func (e *Engine) handBackOrphans() {
+	e.mu.Lock()
+	keys := make([]key, 0, len(e.claims.orphans))
+	for k := range e.claims.orphans {
+		keys = append(keys, k)
+	}
+	e.mu.Unlock()
+	for _, k := range keys {
+		if err := e.cl.Store.Unclaim(e.bgCtx, e.cl.Self, k.ns, k.id); err != nil {
+			return // still unreachable; next poll
+		}
+		e.mu.Lock()
+		delete(e.claims.orphans, k)
+		e.mu.Unlock()
 	}
 }
 
@@ -440,6 +489,16 @@ func (e *Engine) awaitClosed(ctx context.Context, ns, id string) error {
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 	}
+}
+
+// pendingLocked is how many activities of ns are not closed yet, as far as
+// this server knows: the last sample plus what it scheduled since (other
+// servers' schedules since the sample are not seen until the next one).
+func (e *Engine) pendingLocked(ns string) int {
+	if e.cl == nil {
+		return e.pending[ns]
+	}
+	return e.claims.open[ns] + e.claims.scheduled[ns]
 }
 
 // clusterBacklog turns the last store sample into pool backlogs.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -93,9 +94,19 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		e.decideLocked(a, f, &end, now)
 	}
 	e.leaveWorkerLocked(a)
-	e.settleLocked(a, end, func(err error) {
+	// In cluster mode the next claim is a database round trip, so the slot
+	// is freed as soon as the worker is done rather than once its result is
+	// durable: claiming overlaps the commit.
+	early := e.cl != nil
+	if early {
 		e.reg.Release(w)
 		e.dispatchWorkerLocked(w)
+	}
+	e.settleLocked(a, end, func(err error) {
+		if !early {
+			e.reg.Release(w)
+			e.dispatchWorkerLocked(w)
+		}
 		if err != nil {
 			// Not durable, so not acknowledged: the worker keeps the
 			// result and sends it again after it reconnects.
@@ -292,6 +303,9 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 		if terminal || (err != nil && e.cl != nil) {
 			e.dropOpenLocked(a)
 			a.wakeWaiters()
+			if err != nil && e.cl != nil && !errors.Is(err, errNotOwner) {
+				e.claims.orphans[k] = struct{}{}
+			}
 		} else if e.cl != nil {
 			if e.open[k] == a && !a.closing && a.rec.State == store.StateScheduled && a.rec.Attempt == attempt {
 				e.releaseLocked(a)

@@ -110,11 +110,14 @@ func (e *Engine) reserve(s *slot) {
 		close(s.done)
 		return
 	}
-	if e.maxPending > 0 && e.pending[k.ns] >= e.maxPending {
+	if e.maxPending > 0 && e.pendingLocked(k.ns) >= e.maxPending {
 		s.res.Err = fmt.Errorf("schedule: namespace %q has %d activities not yet closed, its cap: %w",
-			k.ns, e.pending[k.ns], ErrResourceExhausted)
+			k.ns, e.pendingLocked(k.ns), ErrResourceExhausted)
 		close(s.done)
 		return
+	}
+	if e.cl != nil && e.maxPending > 0 {
+		e.claims.scheduled[k.ns]++
 	}
 	a := &activity{rec: s.rec, creating: make(chan struct{})}
 	e.addOpenLocked(a)

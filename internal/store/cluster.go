@@ -162,6 +162,8 @@ type Cluster interface {
 	OwnerOf(ctx context.Context, namespace, id string) (ServerID, int, error)
 	// Waiting reports the waiting, ready work per pool.
 	Waiting(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
+	// OpenCounts reports, per namespace, the activities not closed yet.
+	OpenCounts(ctx context.Context) (map[string]int, error)
 
 	// PutWorker records or replaces a connected worker; DeleteWorker
 	// removes it; Workers lists every recorded worker.

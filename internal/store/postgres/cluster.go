@@ -503,6 +503,31 @@ func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBack
 	return out, nil
 }
 
+// OpenCounts implements store.Cluster.
+func (s *Store) OpenCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, count(*) FROM activities
+		WHERE state IN ('scheduled', 'running') GROUP BY namespace`)
+	if err != nil {
+		return nil, fmt.Errorf("count open activities: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int)
+	for rows.Next() {
+		var (
+			ns string
+			n  int
+		)
+		if err := rows.Scan(&ns, &n); err != nil {
+			return nil, fmt.Errorf("count open activities: %w", err)
+		}
+		out[ns] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count open activities: %w", err)
+	}
+	return out, nil
+}
+
 // PutWorker implements store.Cluster.
 func (s *Store) PutWorker(ctx context.Context, w store.WorkerRecord) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO workers (id, server, info) VALUES ($1, $2, $3)
