@@ -67,9 +67,9 @@ type claims struct {
 
 func newClaims() *claims {
 	return &claims{
-		dirty: make(map[registry.Triple]struct{}),
-		empty:   make(map[registry.Triple]map[string]bool),
-		kick:    make(chan struct{}, 1),
+		dirty:     make(map[registry.Triple]struct{}),
+		empty:     make(map[registry.Triple]map[string]bool),
+		kick:      make(chan struct{}, 1),
 		orphans:   make(map[key]struct{}),
 		open:      make(map[string]int),
 		scheduled: make(map[string]int),
