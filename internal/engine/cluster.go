@@ -59,6 +59,9 @@ type claims struct {
 	// scheduled counts what this server scheduled since: together they are
 	// the pending count the per-namespace cap is checked against.
 	open, scheduled map[string]int
+	// failing names the background store calls failing now, so each
+	// outage is logged once.
+	failing map[string]bool
 	// orphans are activities this server owns whose ending could not be
 	// written (the database was unreachable); each poll hands them back
 	// until that succeeds, so they run again rather than stay running.
@@ -71,6 +74,7 @@ func newClaims() *claims {
 		empty:     make(map[registry.Triple]map[string]bool),
 		kick:      make(chan struct{}, 1),
 		orphans:   make(map[key]struct{}),
+		failing:   make(map[string]bool),
 		open:      make(map[string]int),
 		scheduled: make(map[string]int),
 	}
@@ -207,10 +211,27 @@ func (e *Engine) claimRound() bool {
 			g.workers = append(g.workers, w)
 		}
 	}
+	// A pinned{nodes} namespace's work runs only on workers on those nodes,
+	// however long it waits; a worker that registered before the pin keeps
+	// its slots for other work.
+	kept := groups[:0]
+	for _, g := range groups {
+		if p := e.placements[g.t.Pool.Namespace]; p.Mode == store.Pinned && !slices.Contains(p.Nodes, g.node) {
+			for _, w := range g.workers {
+				e.reg.Release(w)
+			}
+			continue
+		}
+		kept = append(kept, g)
+	}
+	groups = kept
 	claimsOut := make([]store.Claim, len(groups))
 	for i, g := range groups {
 		c := store.Claim{Namespace: g.t.Pool.Namespace, TaskQueue: g.t.Pool.TaskQueue, ActivityType: g.t.ActivityType,
-			Node: g.node, Limit: len(g.workers)}
+			Node: g.node, Limit: len(g.workers), Workers: make([]uint64, len(g.workers))}
+		for j, w := range g.workers {
+			c.Workers[j] = uint64(w.ID())
+		}
 		if p := e.placements[c.Namespace]; p.Mode == store.Prefer && !slices.Contains(p.Nodes, g.node) {
 			c.ReadyBefore = now.Add(-e.cl.PreferGrace)
 		}
@@ -305,6 +326,31 @@ func (e *Engine) adoptLocked(rec store.Activity, w *registry.Worker, now time.Ti
 	e.startLocked(a, w)
 }
 
+// choreFailed logs a background store call's failure once per outage;
+// choreOK logs its recovery.
+func (e *Engine) choreFailed(what string, err error) {
+	if e.bgCtx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	first := !e.claims.failing[what]
+	e.claims.failing[what] = true
+	e.mu.Unlock()
+	if first {
+		e.log.Warn(what+" failed; retrying every poll", "err", err)
+	}
+}
+
+func (e *Engine) choreOK(what string) {
+	e.mu.Lock()
+	was := e.claims.failing[what]
+	delete(e.claims.failing, what)
+	e.mu.Unlock()
+	if was {
+		e.log.Info(what + " works again")
+	}
+}
+
 // runChores runs, every poll, what no notice triggers: a claim for every
 // local triple (in case a notice was lost), timeouts of waiting work,
 // cancel requests addressed to this server, and the backlog sample.
@@ -326,6 +372,9 @@ func (e *Engine) runChores() {
 			e.mu.Lock()
 			e.claims.backlog = b
 			e.mu.Unlock()
+			e.choreOK("sample the backlog")
+		} else {
+			e.choreFailed("sample the backlog", err)
 		}
 		if e.maxPending > 0 {
 			if open, err := e.cl.Store.OpenCounts(e.bgCtx); err == nil {
@@ -374,11 +423,10 @@ func (e *Engine) expireWaiting() {
 			return nil
 		})
 		if err != nil {
-			if e.bgCtx.Err() == nil {
-				e.log.Warn("expire waiting activities", "err", err)
-			}
+			e.choreFailed("expire waiting activities", err)
 			return
 		}
+		e.choreOK("expire waiting activities")
 		e.mu.Lock()
 		for _, a := range closed {
 			e.obs.Closed(a.Namespace, a.State)
@@ -395,11 +443,10 @@ func (e *Engine) expireWaiting() {
 func (e *Engine) applyCancelRequests() {
 	acts, reasons, err := e.cl.Store.CancelRequests(e.bgCtx, e.cl.Self)
 	if err != nil {
-		if e.bgCtx.Err() == nil {
-			e.log.Warn("read cancel requests", "err", err)
-		}
+		e.choreFailed("read cancel requests", err)
 		return
 	}
+	e.choreOK("read cancel requests")
 	for i, a := range acts {
 		e.CancelOwned(a.Namespace, a.ID, reasons[i])
 	}

@@ -52,6 +52,13 @@ func (e *Engine) view(ctx context.Context, ns, id string) (View, error) {
 	if err != nil {
 		return View{}, fmt.Errorf("get activity %q in namespace %q: %w", id, ns, err)
 	}
+	if live.ID == "" && rec.State == store.StateRunning && e.cl != nil {
+		// Another server runs it; the store knows which worker.
+		if at, err := e.cl.Store.RunningAttempt(ctx, ns, id); err == nil && at != nil &&
+			(len(attempts) == 0 || attempts[len(attempts)-1].Number < at.Number) {
+			attempts = append(attempts, *at)
+		}
+	}
 	if live.ID != "" && !rec.State.Terminal() {
 		// Memory is ahead of the store: a start is written without waiting.
 		live.Seq = rec.Seq

@@ -9,6 +9,7 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -42,6 +43,10 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, engine.ErrResourceExhausted):
 		return codes.ResourceExhausted
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
+		return codes.Unavailable
+	}
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) { // the database is unreachable: try again later
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

@@ -131,7 +131,9 @@ func (m *member) renew(ctx context.Context, fail func(error)) {
 			return
 		case <-t.C:
 		}
-		err := m.cl.Renew(ctx, m.self.ID, m.lease)
+		rctx, cancel := context.WithTimeout(ctx, m.lease/3)
+		err := m.cl.Renew(rctx, m.self.ID, m.lease)
+		cancel()
 		switch {
 		case err == nil:
 			last = time.Now()
@@ -140,8 +142,10 @@ func (m *member) renew(ctx context.Context, fail func(error)) {
 		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) > m.lease:
 			fail(fmt.Errorf("cluster membership of server %q (%d) ended: %w", m.self.Name, m.self.ID, err))
 			return
-		default:
-			m.s.log.Warn("renew cluster lease", "err", err)
+		case last.Add(m.lease / 3).After(time.Now().Add(-m.lease / 3)):
+			// The first failure of an outage; the next ones are quiet
+			// until the lease is at stake.
+			m.s.log.Warn("renew cluster lease failed; retrying", "err", err, "lease_left", time.Until(last.Add(m.lease)).Round(time.Millisecond))
 		}
 	}
 }
@@ -150,19 +154,24 @@ func (m *member) renew(ctx context.Context, fail func(error)) {
 func (m *member) reap(ctx context.Context) {
 	t := time.NewTicker(max(m.lease/2, 100*time.Millisecond))
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		reaped, err := m.cl.Reap(ctx, time.Now())
+		rctx, cancel := context.WithTimeout(ctx, m.lease)
+		reaped, err := m.cl.Reap(rctx, time.Now())
+		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				m.s.log.Warn("reap expired servers", "err", err)
+			if ctx.Err() == nil && !failing {
+				m.s.log.Warn("reap expired servers failed; retrying", "err", err)
 			}
+			failing = true
 			continue
 		}
+		failing = false
 		for _, r := range reaped {
 			m.s.log.Warn("server lost: its lease ran out", "server_name", r.Member.Name, "server_id", r.Member.ID,
 				"requeued_attempts", r.Requeued, "canceled", r.Canceled, "workers", len(r.Workers))

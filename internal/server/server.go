@@ -73,6 +73,7 @@ type Server struct {
 
 	ready        atomic.Bool
 	shuttingDown atomic.Bool
+	memberLost   atomic.Bool
 	drainUntil   atomic.Int64
 	stopOnce     sync.Once
 }
@@ -271,6 +272,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	go s.publishPoolStats(bgCtx, time.Second)
 	if s.member != nil {
 		s.member.start(bgCtx, &s.bg, func(err error) {
+			s.memberLost.Store(true)
 			log.Error("stopping: this server is no longer a cluster member", "err", err)
 			select {
 			case s.serveErr <- err:
@@ -349,6 +351,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.shuttingDown.Store(true)
 	s.health.Shutdown()
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	if s.memberLost.Load() {
+		// Other servers are taking this one's work over; results here
+		// could not be written, so there is nothing to wait for.
+		deadline = time.Now()
+	}
 	s.drainUntil.Store(deadline.UnixNano())
 	asked := s.reg.DrainAll()
 	s.log.Info("draining", "workers", asked, "in_flight", s.eng.InFlight(), "timeout", s.cfg.DrainTimeout)
@@ -435,7 +442,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case <-ctx.Done():
 		log.Info("shutting down", "drain_timeout", cfg.DrainTimeout)
 	case err = <-s.Err():
-		log.Error("listener failed", "err", err)
+		log.Error("stopping after a failure", "err", err)
 	}
 	return errors.Join(err, s.Shutdown(context.Background()))
 }

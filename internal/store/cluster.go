@@ -38,6 +38,10 @@ type Claim struct {
 	// activities without a pin.
 	Node  string
 	Limit int
+	// Workers, when set, name the worker each claimed activity will run on,
+	// in claim order (oldest first); the store records it with the running
+	// attempt.
+	Workers []uint64
 	// ReadyBefore excludes activities that became ready after it (used to
 	// give servers with preferred-node workers a head start).
 	ReadyBefore time.Time
@@ -160,6 +164,9 @@ type Cluster interface {
 	CancelRequests(ctx context.Context, owner ServerID) ([]Activity, []string, error)
 	// OwnerOf names the member running an activity (0 when none).
 	OwnerOf(ctx context.Context, namespace, id string) (ServerID, int, error)
+	// RunningAttempt describes the attempt an activity is running, on
+	// whichever server; nil when it is not running.
+	RunningAttempt(ctx context.Context, namespace, id string) (*Attempt, error)
 	// Waiting reports the waiting, ready work per pool.
 	Waiting(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
 	// OpenCounts reports, per namespace, the activities not closed yet.

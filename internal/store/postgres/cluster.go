@@ -224,11 +224,11 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost boo
 		Message: fmt.Sprintf("server %s (%d) %s while running the attempt", m.Name, m.ID, why)})
 	canceled := store.EncodeFailure(&store.Failure{Type: "canceled", Message: "canceled while its server was lost"})
 	err := tx.QueryRow(ctx, `WITH lost AS (
-			SELECT namespace, id, attempt, attempt_started_at, cancel_reason FROM activities
+			SELECT namespace, id, attempt, attempt_started_at, attempt_worker, attempt_node, cancel_reason FROM activities
 			WHERE owner = $1 AND state = 'running' FOR UPDATE
 		), att AS (
 			INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
-			SELECT namespace, id, attempt, 0, '', attempt_started_at, `+dbNow+`, 'failed', $2::jsonb FROM lost
+			SELECT namespace, id, attempt, attempt_worker, attempt_node, attempt_started_at, `+dbNow+`, 'failed', $2::jsonb FROM lost
 			ON CONFLICT (namespace, activity_id, number) DO NOTHING
 		), up AS (
 			UPDATE activities a SET owner = 0,
@@ -283,12 +283,15 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost boo
 }
 
 // claimSQL takes up to $8 ready activities of one triple, oldest first,
-// skipping rows another claim holds, and hands them to owner $1.
-const claimSQL = `UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2
-	FROM (SELECT seq AS claim_seq FROM activities
+// skipping rows another claim holds, and hands them to owner $1; the n-th
+// oldest runs on worker $9[n] (its node label is $7).
+const claimSQL = `UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2,
+		attempt_worker = coalesce(($9::bigint[])[c.claim_rank], 0), attempt_node = $7
+	FROM (SELECT claim_seq, row_number() OVER (ORDER BY claim_seq) AS claim_rank FROM (
+		SELECT seq AS claim_seq FROM activities
 		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
 			AND ready_at <= $6 AND (node = '' OR node = $7)
-		ORDER BY seq LIMIT $8 FOR UPDATE SKIP LOCKED) c
+		ORDER BY seq LIMIT $8 FOR UPDATE SKIP LOCKED) locked) c
 	WHERE a.seq = c.claim_seq
 	RETURNING ` + store.ActivityColumns
 
@@ -301,8 +304,12 @@ func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now t
 		if !c.ReadyBefore.IsZero() {
 			before = c.ReadyBefore
 		}
+		workers := make([]int64, len(c.Workers))
+		for i, w := range c.Workers {
+			workers[i] = int64(w)
+		}
 		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
-			store.UnixNanos(before), c.Node, c.Limit)
+			store.UnixNanos(before), c.Node, c.Limit, workers)
 	}
 	out := make([][]store.Activity, len(claims))
 	br := s.pool.SendBatch(ctx, b)
@@ -474,6 +481,25 @@ func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.Server
 		return 0, 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, err)
 	}
 	return store.ServerID(owner), attempt, nil
+}
+
+// RunningAttempt implements store.Cluster.
+func (s *Store) RunningAttempt(ctx context.Context, namespace, id string) (*store.Attempt, error) {
+	var (
+		at      store.Attempt
+		worker  int64
+		started int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT attempt, attempt_worker, attempt_node, attempt_started_at FROM activities
+		WHERE namespace = $1 AND id = $2 AND state = 'running'`, namespace, id).Scan(&at.Number, &worker, &at.Node, &started)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the running attempt of %q in namespace %q: %w", id, namespace, err)
+	}
+	at.WorkerID, at.StartedAt, at.Outcome = uint64(worker), store.FromUnixNanos(started), store.OutcomeRunning
+	return &at, nil
 }
 
 // Waiting implements store.Cluster.

@@ -36,6 +36,10 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// pgx redacts any password from the text of a parse error.
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// An unreachable database should fail a call, not hang it.
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", err)
@@ -111,6 +115,8 @@ var migrations = []string{
 	// server-to-server messages.
 	`ALTER TABLE activities ADD COLUMN owner bigint NOT NULL DEFAULT 0,
 		ADD COLUMN attempt_started_at bigint NOT NULL DEFAULT 0,
+		ADD COLUMN attempt_worker bigint NOT NULL DEFAULT 0,
+		ADD COLUMN attempt_node text NOT NULL DEFAULT '',
 		ADD COLUMN cancel_reason text;
 	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, seq) WHERE state = 'scheduled';
 	CREATE INDEX activities_owned ON activities (owner) WHERE owner <> 0;
