@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,56 +13,11 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/client"
-	"github.com/jackc/pgx/v5"
+	"github.com/aion-run/aion/internal/pgtest"
 )
 
-// freshClusterDB creates an empty PostgreSQL database for one test and drops
-// it after. Unreachable PostgreSQL fails the test under CI=true and skips it
-// elsewhere.
-func freshClusterDB(t *testing.T) string {
-	t.Helper()
-	admin := os.Getenv("AION_TEST_POSTGRES")
-	if admin == "" {
-		admin = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is unreachable and CI=true requires the cluster tests to run: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable (%v); start it on 127.0.0.1:5432 (user postgres, trust auth) "+
-			"or set AION_TEST_POSTGRES to an admin DSN to run this test", err)
-	}
-	defer conn.Close(ctx)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "aion_e2e_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	// Registered before the servers start, so it runs after they are killed.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	i := strings.LastIndex(admin, "/")
-	rest := ""
-	if q := strings.IndexByte(admin[i:], '?'); q >= 0 {
-		rest = admin[i+q:]
-	}
-	return admin[:i+1] + name + rest
-}
+// freshClusterDB is an empty database for t's servers.
+func freshClusterDB(t *testing.T) string { return pgtest.Fresh(t, 0) }
 
 // fleet is several aion server processes sharing one PostgreSQL database,
 // and the demo workers connected to them.

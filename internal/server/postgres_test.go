@@ -2,62 +2,16 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/server"
-	"github.com/jackc/pgx/v5"
 )
 
-// freshPostgres creates an empty database for one test and drops it after.
-// Unreachable PostgreSQL fails the test under CI=true and skips it elsewhere.
-func freshPostgres(t *testing.T) string {
-	t.Helper()
-	admin := os.Getenv("AION_TEST_POSTGRES")
-	if admin == "" {
-		admin = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is unreachable and CI=true requires these tests to run: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable (%v); start it on 127.0.0.1:5432 or set AION_TEST_POSTGRES to run this test", err)
-	}
-	defer conn.Close(ctx)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "aion_test_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	i := strings.LastIndex(admin, "/")
-	rest := ""
-	if q := strings.IndexByte(admin[i:], '?'); q >= 0 {
-		rest = admin[i+q:]
-	}
-	return admin[:i+1] + name + rest
-}
+// freshPostgres is an empty database for t.
+func freshPostgres(t *testing.T) string { return pgtest.Fresh(t, 0) }
 
 // The server runs on PostgreSQL as on SQLite: schedule, dispatch, complete,
 // and recover open work after a restart.

@@ -2,107 +2,22 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/store/postgres"
 	"github.com/aion-run/aion/internal/store/storetest"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-// serverDSN names the server the tests create their databases on.
-func serverDSN() string {
-	if dsn := os.Getenv("AION_TEST_POSTGRES"); dsn != "" {
-		return dsn
-	}
-	return defaultDSN
-}
-
-// inCI reports whether CI is set to a true value: there the tests must run.
-func inCI() bool {
-	ci, _ := strconv.ParseBool(os.Getenv("CI"))
-	return ci
-}
-
-// live caps the test databases that exist at once.
-var live = make(chan struct{}, 8)
-
-// freshDatabase creates an empty database with a random name, drops it when
-// t ends, and returns a DSN for it with a small pool. It skips t (or fails it
-// when CI=true) if the server is unreachable.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	base := serverDSN()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		if inCI() {
-			t.Fatalf("PostgreSQL is unreachable and CI=true requires the PostgreSQL store tests to run: %v", err)
-		}
-		t.Skipf("PostgreSQL is unreachable (%v); to run these tests start PostgreSQL on 127.0.0.1:5432 "+
-			"(user postgres, trust auth) or set AION_TEST_POSTGRES to the DSN of a server where the user may create databases", err)
-	}
-	defer admin.Close(context.Background())
-
-	live <- struct{}{}
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		<-live
-		t.Fatal(err)
-	}
-	name := "aion_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		<-live
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		defer func() { <-live }()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	return databaseDSN(t, base, name)
-}
-
-// databaseDSN points base at database name with a pool of at most 4 connections.
-func databaseDSN(t *testing.T, base, name string) string {
-	t.Helper()
-	if !strings.HasPrefix(base, "postgres://") && !strings.HasPrefix(base, "postgresql://") {
-		return base + " dbname=" + name + " pool_max_conns=4" // key=value form: later keys win
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("AION_TEST_POSTGRES is not a valid URL: %v", err)
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Set("pool_max_conns", "4")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+// freshDatabase is an empty database for t with a small pool.
+func freshDatabase(t *testing.T) string { return pgtest.Fresh(t, 4) }
 
 func open(t *testing.T, dsn string) *postgres.Store {
 	t.Helper()
