@@ -33,6 +33,21 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 		e.mu.Lock()
 		a = e.open[k]
 	}
+	if e.cl != nil && a != nil && a.worker == nil && !a.closing {
+		// Between attempts: its retry is being written, after which it
+		// waits in the store; cancel it there.
+		ch := make(chan struct{})
+		a.waiters = append(a.waiters, ch)
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			e.dropWaiter(k, ch)
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
+		}
+		e.mu.Lock()
+		a = e.open[k]
+	}
 	if a == nil && e.cl != nil {
 		e.mu.Unlock()
 		if reason == "" {

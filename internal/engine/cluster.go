@@ -38,6 +38,17 @@ type ClusterConfig struct {
 // maxClaim caps the activities one triple claims in one round trip.
 const maxClaim = 512
 
+// callTimeout bounds each background store call, so a connection that hangs
+// delays one round rather than stopping the loop.
+const callTimeout = 10 * time.Second
+
+// call runs f with a context bounded by callTimeout that ends at Close.
+func (e *Engine) call(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(e.bgCtx, callTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
 // errNotOwner is a write refused because this server no longer owns the
 // activity: its lease ran out and another server took the work over.
 var errNotOwner = errors.New("this server no longer owns the activity")
@@ -59,6 +70,12 @@ type claims struct {
 	// scheduled counts what this server scheduled since: together they are
 	// the pending count the per-namespace cap is checked against.
 	open, scheduled map[string]int
+	// graced marks prefer-namespace triples with a wake-up armed for when
+	// new work has aged past the grace; a notice clears it.
+	graced map[registry.Triple]bool
+	// unknown holds owned activities this server did not hold on the last
+	// poll (see handBackUnknown).
+	unknown map[key]bool
 	// failing names the background store calls failing now, so each
 	// outage is logged once.
 	failing map[string]bool
@@ -75,6 +92,7 @@ func newClaims() *claims {
 		kick:      make(chan struct{}, 1),
 		orphans:   make(map[key]struct{}),
 		failing:   make(map[string]bool),
+		graced:    make(map[registry.Triple]bool),
 		open:      make(map[string]int),
 		scheduled: make(map[string]int),
 	}
@@ -98,12 +116,14 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 	defer e.mu.Unlock()
 	if triples == nil {
 		clear(e.claims.empty)
+		clear(e.claims.graced)
 		for _, t := range e.reg.Triples() {
 			e.claims.dirty[t] = struct{}{}
 		}
 	}
 	for _, t := range triples {
 		delete(e.claims.empty, t)
+		delete(e.claims.graced, t)
 		e.claims.dirty[t] = struct{}{}
 	}
 	e.claims.wake()
@@ -130,6 +150,7 @@ func (e *Engine) releaseLocked(a *activity) {
 		return
 	}
 	delete(e.claims.empty, t)
+	delete(e.claims.graced, t)
 	e.claims.dirty[t] = struct{}{}
 	e.claims.wake()
 }
@@ -217,8 +238,10 @@ func (e *Engine) claimRound() bool {
 	kept := groups[:0]
 	for _, g := range groups {
 		if p := e.placements[g.t.Pool.Namespace]; p.Mode == store.Pinned && !slices.Contains(p.Nodes, g.node) {
+			e.markEmptyLocked(g.t, g.node) // until the placement or the worker set changes
 			for _, w := range g.workers {
 				e.reg.Release(w)
+				e.dispatchWorkerLocked(w)
 			}
 			continue
 		}
@@ -242,7 +265,11 @@ func (e *Engine) claimRound() bool {
 		return false
 	}
 
-	got, err := e.cl.Store.ClaimActivities(e.bgCtx, e.cl.Self, now, claimsOut)
+	var got [][]store.Activity
+	err := e.call(func(ctx context.Context) (err error) {
+		got, err = e.cl.Store.ClaimActivities(ctx, e.cl.Self, now, claimsOut)
+		return err
+	})
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -253,14 +280,20 @@ func (e *Engine) claimRound() bool {
 		if err == nil {
 			rows = got[i]
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			e.claims.dirty[g.t] = struct{}{} // try again after the pause below
-		} else if len(rows) < len(g.workers) {
-			if e.claims.empty[g.t] == nil {
-				e.claims.empty[g.t] = make(map[string]bool)
+		case len(rows) < len(g.workers) && !claimsOut[i].ReadyBefore.IsZero():
+			// Work younger than the prefer grace may be waiting: look again
+			// once, when it has aged past it (again after the next notice).
+			e.markEmptyLocked(g.t, g.node)
+			if !e.claims.graced[g.t] {
+				e.claims.graced[g.t] = true
+				e.armWakeLocked(now.Add(e.cl.PreferGrace), g.t)
 			}
-			e.claims.empty[g.t][g.node] = true
-		} else {
+		case len(rows) < len(g.workers):
+			e.markEmptyLocked(g.t, g.node)
+		default:
 			e.claims.dirty[g.t] = struct{}{}
 			more = true
 		}
@@ -273,7 +306,9 @@ func (e *Engine) claimRound() bool {
 			e.adoptLocked(rec, w, now)
 		}
 		for _, w := range g.workers[len(rows):] {
+			// The slot may serve another triple of w that got none.
 			e.reg.Release(w)
+			e.dispatchWorkerLocked(w)
 		}
 	}
 	if len(giveBack) > 0 {
@@ -308,6 +343,13 @@ func (e *Engine) claimRound() bool {
 		e.claims.failures = 0
 	}
 	return more
+}
+
+func (e *Engine) markEmptyLocked(t registry.Triple, node string) {
+	if e.claims.empty[t] == nil {
+		e.claims.empty[t] = make(map[string]bool)
+	}
+	e.claims.empty[t][node] = true
 }
 
 // adoptLocked starts the attempt a claim handed to this server on w, whose
@@ -366,9 +408,14 @@ func (e *Engine) runChores() {
 		}
 		e.NewWork(nil)
 		e.handBackOrphans()
+		e.handBackUnknown()
 		e.expireWaiting()
 		e.applyCancelRequests()
-		if b, err := e.cl.Store.Waiting(e.bgCtx, e.now()); err == nil {
+		var b []store.WaitingBacklog
+		if err := e.call(func(ctx context.Context) (err error) {
+			b, err = e.cl.Store.Waiting(ctx, e.now())
+			return err
+		}); err == nil {
 			e.mu.Lock()
 			e.claims.backlog = b
 			e.mu.Unlock()
@@ -377,11 +424,18 @@ func (e *Engine) runChores() {
 			e.choreFailed("sample the backlog", err)
 		}
 		if e.maxPending > 0 {
-			if open, err := e.cl.Store.OpenCounts(e.bgCtx); err == nil {
+			var open map[string]int
+			if err := e.call(func(ctx context.Context) (err error) {
+				open, err = e.cl.Store.OpenCounts(ctx)
+				return err
+			}); err == nil {
 				e.mu.Lock()
 				e.claims.open = open
 				clear(e.claims.scheduled)
 				e.mu.Unlock()
+				e.choreOK("count open activities")
+			} else {
+				e.choreFailed("count open activities", err)
 			}
 		}
 	}
@@ -397,7 +451,7 @@ func (e *Engine) handBackOrphans() {
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
-		if err := e.cl.Store.Unclaim(e.bgCtx, e.cl.Self, k.ns, k.id); err != nil {
+		if err := e.call(func(ctx context.Context) error { return e.cl.Store.Unclaim(ctx, e.cl.Self, k.ns, k.id) }); err != nil {
 			return // still unreachable; next poll
 		}
 		e.mu.Lock()
@@ -406,12 +460,48 @@ func (e *Engine) handBackOrphans() {
 	}
 }
 
+// handBackUnknown returns activities the store says this server owns but
+// that it does not hold: a claim that committed but whose answer was lost.
+// An activity must look unknown on two polls in a row, so a claim still
+// being adopted is not mistaken for one.
+func (e *Engine) handBackUnknown() {
+	var owned []store.ActivityRef
+	if err := e.call(func(ctx context.Context) (err error) {
+		owned, err = e.cl.Store.Owned(ctx, e.cl.Self)
+		return err
+	}); err != nil {
+		e.choreFailed("list owned activities", err)
+		return
+	}
+	e.choreOK("list owned activities")
+	e.mu.Lock()
+	suspects := make(map[key]bool)
+	var handBack []key
+	for _, r := range owned {
+		k := key{r.Namespace, r.ID}
+		if e.open[k] != nil {
+			continue
+		}
+		if e.claims.unknown[k] {
+			handBack = append(handBack, k)
+		} else {
+			suspects[k] = true
+		}
+	}
+	e.claims.unknown = suspects
+	e.mu.Unlock()
+	for _, k := range handBack {
+		_ = e.call(func(ctx context.Context) error { return e.cl.Store.Unclaim(ctx, e.cl.Self, k.ns, k.id) })
+	}
+}
+
 // expireWaiting closes waiting work whose schedule-to-start or
 // schedule-to-close deadline passed.
 func (e *Engine) expireWaiting() {
 	now := e.now()
 	for {
-		closed, err := e.cl.Store.ExpireWaiting(e.bgCtx, now, 500, func(a store.Activity) *store.Failure {
+		ctx, cancel := context.WithTimeout(e.bgCtx, callTimeout)
+		closed, err := e.cl.Store.ExpireWaiting(ctx, now, 500, func(a store.Activity) *store.Failure {
 			if t := a.Timeouts.ScheduleToClose; t > 0 && !now.Before(a.ScheduledAt.Add(t)) {
 				return &store.Failure{Type: FailureScheduleToClose,
 					Message: "activity exceeded its schedule-to-close timeout of " + t.String()}
@@ -422,6 +512,7 @@ func (e *Engine) expireWaiting() {
 			}
 			return nil
 		})
+		cancel()
 		if err != nil {
 			e.choreFailed("expire waiting activities", err)
 			return
@@ -441,7 +532,14 @@ func (e *Engine) expireWaiting() {
 // applyCancelRequests cancels the owned activities another server recorded
 // a cancel request for (a backstop for a lost message).
 func (e *Engine) applyCancelRequests() {
-	acts, reasons, err := e.cl.Store.CancelRequests(e.bgCtx, e.cl.Self)
+	var (
+		acts    []store.Activity
+		reasons []string
+	)
+	err := e.call(func(ctx context.Context) (err error) {
+		acts, reasons, err = e.cl.Store.CancelRequests(ctx, e.cl.Self)
+		return err
+	})
 	if err != nil {
 		e.choreFailed("read cancel requests", err)
 		return

@@ -17,6 +17,7 @@ const (
 	timerHeartbeat                        // the attempt stopped heartbeating
 	timerScheduleToClose                  // the activity ran out of time
 	timerAnnounce                         // a retry waiting in the store becomes ready (cluster mode)
+	timerClaim                            // claim for a triple again (cluster mode)
 )
 
 // timer is one deadline. Timers are never removed early: when one fires, it
@@ -87,12 +88,23 @@ func (e *Engine) armAnnounceLocked(at time.Time, t registry.Triple) {
 	}
 }
 
+// armWakeLocked arranges for this server to claim for t again at at.
+func (e *Engine) armWakeLocked(at time.Time, t registry.Triple) {
+	heap.Push(&e.timers, timer{at: at, kind: timerClaim, triple: t})
+	if e.timers[0].at.Equal(at) {
+		e.wakeTimers()
+	}
+}
+
 func (e *Engine) fireLocked(tm timer, now time.Time) {
-	if tm.kind == timerAnnounce {
+	switch tm.kind {
+	case timerAnnounce, timerClaim:
 		delete(e.claims.empty, tm.triple)
 		e.claims.dirty[tm.triple] = struct{}{}
 		e.claims.wake()
-		e.announce(tm.triple)
+		if tm.kind == timerAnnounce {
+			e.announce(tm.triple)
+		}
 		return
 	}
 	a := e.open[tm.k]

@@ -39,6 +39,8 @@ type member struct {
 	cl    store.Cluster
 	self  store.Member
 	lease time.Duration
+	// joinSent is when the join was sent: the lease runs from no earlier.
+	joinSent time.Time
 
 	notices chan store.Notice
 	// missed is set when the notice buffer overflowed: everything is
@@ -70,9 +72,10 @@ type member struct {
 func joinCluster(ctx context.Context, s *Server, cl store.Cluster, name, addr string, lease time.Duration) (*member, error) {
 	deadline := time.Now().Add(lease + lease/2)
 	for {
+		sent := time.Now()
 		m, err := cl.Join(ctx, name, addr, lease)
 		if err == nil {
-			return &member{s: s, cl: cl, self: m, lease: lease,
+			return &member{s: s, cl: cl, self: m, lease: lease, joinSent: sent,
 				notices:     make(chan store.Notice, 4096),
 				calls:       make(map[int64]chan store.Message),
 				remote:      make(map[registry.WorkerID]registry.WorkerInfo),
@@ -91,7 +94,7 @@ func joinCluster(ctx context.Context, s *Server, cl store.Cluster, name, addr st
 			return nil, ctx.Err()
 		case <-time.After(lease / 4):
 		}
-		if _, err := cl.Reap(ctx, time.Now()); err != nil {
+		if _, err := cl.Reap(ctx); err != nil {
 			s.log.Warn("reap expired servers", "err", err)
 		}
 	}
@@ -118,31 +121,34 @@ func (m *member) start(ctx context.Context, wg *sync.WaitGroup, fail func(error)
 	m.notices <- store.Notice{Kind: store.NoticeReconnected} // first pass: read what exists
 }
 
-// renew extends the lease three times per lease period. A lease another
-// server reaped, or one that could not be renewed for a whole period, ends
-// this server: its running attempts are being retried elsewhere.
+// renew extends the lease four times per lease period. A lease another
+// server reaped, or one not renewed for three quarters of a lease period,
+// ends this server: it stops before the others may reap it and retry its
+// running attempts. The lease is counted from when a renewal was sent, which
+// is never later than when the database extended it.
 func (m *member) renew(ctx context.Context, fail func(error)) {
-	t := time.NewTicker(m.lease / 3)
+	t := time.NewTicker(m.lease / 4)
 	defer t.Stop()
-	last := time.Now()
+	last := m.joinSent
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, m.lease/3)
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, m.lease/4)
 		err := m.cl.Renew(rctx, m.self.ID, m.lease)
 		cancel()
 		switch {
 		case err == nil:
-			last = time.Now()
+			last = sent
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) > m.lease:
+		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) >= m.lease*3/4:
 			fail(fmt.Errorf("cluster membership of server %q (%d) ended: %w", m.self.Name, m.self.ID, err))
 			return
-		case last.Add(m.lease / 3).After(time.Now().Add(-m.lease / 3)):
+		case time.Since(last) < m.lease/2:
 			// The first failure of an outage; the next ones are quiet
 			// until the lease is at stake.
 			m.s.log.Warn("renew cluster lease failed; retrying", "err", err, "lease_left", time.Until(last.Add(m.lease)).Round(time.Millisecond))
@@ -162,7 +168,7 @@ func (m *member) reap(ctx context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, m.lease)
-		reaped, err := m.cl.Reap(rctx, time.Now())
+		reaped, err := m.cl.Reap(rctx)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && !failing {
@@ -181,12 +187,22 @@ func (m *member) reap(ctx context.Context) {
 
 // handleNotices acts on notices in order, merging a burst into one pass.
 func (m *member) handleNotices(ctx context.Context) {
+	// Notices are the fast path; these polls make up for lost ones.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	ticks := 0
 	for {
 		var first store.Notice
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-m.notices:
+		case <-tick.C:
+			ticks++
+			first = store.Notice{Kind: store.NoticeMessage}
+			if ticks%5 == 0 {
+				first = store.Notice{Kind: store.NoticeReconnected}
+			}
 		}
 		var (
 			all, topology, messages bool
@@ -436,6 +452,9 @@ func (m *member) publishUsage() {
 			continue
 		}
 		m.enqueue(func(ctx context.Context) error {
+			if !m.s.reg.IsRegistered(w.ID) {
+				return nil // it left meanwhile; its removal is queued before this
+			}
 			return m.cl.PutWorker(ctx, store.WorkerRecord{ID: uint64(w.ID), Server: m.self.ID, Info: info})
 		})
 	}
@@ -555,7 +574,7 @@ func (m *member) handle(ctx context.Context, msg store.Message) ([]byte, error) 
 	case msgCancel:
 		f := strings.SplitN(string(msg.Body), "\t", 3)
 		if len(f) != 3 {
-			return nil, fmt.Errorf("malformed cancel request")
+			return nil, fmt.Errorf("malformed cancel request %q: want namespace, id and reason separated by tabs", msg.Body)
 		}
 		m.s.eng.CancelOwned(f[0], f[1], f[2])
 		return nil, nil

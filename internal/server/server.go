@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Lease < 300*time.Millisecond {
-		return nil, fmt.Errorf("lease: %v, want at least 300ms", cfg.Lease)
+		return nil, fmt.Errorf("--lease: %v, want at least 300ms", cfg.Lease)
 	}
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {

@@ -71,6 +71,9 @@ const (
 	CancelClosed
 )
 
+// ActivityRef names one activity.
+type ActivityRef struct{ Namespace, ID string }
+
 // WaitingBacklog is the waiting work of one (namespace, task queue) pool.
 type WaitingBacklog struct {
 	Namespace, TaskQueue string
@@ -137,12 +140,10 @@ type Cluster interface {
 	// Leave hands the member's running attempts back for retry and removes
 	// it and its workers.
 	Leave(ctx context.Context, id ServerID) error
-	// Members lists the live members by name.
-	Members(ctx context.Context) ([]Member, error)
-	// Reap removes every member whose lease ended before now: its running
-	// attempts are handed back for retry (or closed, when a cancel was
-	// requested) and its workers are removed.
-	Reap(ctx context.Context, now time.Time) ([]Reaped, error)
+	// Reap removes every member whose lease ended (on the store's clock):
+	// its running attempts are handed back for retry (or closed, when a
+	// cancel was requested) and its workers are removed.
+	Reap(ctx context.Context) ([]Reaped, error)
 
 	// ClaimActivities takes ready activities for owner, oldest first, one
 	// result per claim; no activity is ever handed to two claims. Each comes
@@ -162,6 +163,8 @@ type Cluster interface {
 	// CancelRequests lists the activities owned by owner that a cancel was
 	// requested for, with the reason.
 	CancelRequests(ctx context.Context, owner ServerID) ([]Activity, []string, error)
+	// Owned lists the running activities owner holds in the store.
+	Owned(ctx context.Context, owner ServerID) ([]ActivityRef, error)
 	// OwnerOf names the member running an activity (0 when none).
 	OwnerOf(ctx context.Context, namespace, id string) (ServerID, int, error)
 	// RunningAttempt describes the attempt an activity is running, on

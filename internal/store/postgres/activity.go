@@ -20,11 +20,17 @@ const insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, ac
 // endActivitySet moves an open activity; $1..$11 are shared by both EndAttempt
 // statements. A closed or missing activity matches no row, and so does one
 // owned by another server than $11 when $11 is set. The activity leaves its
-// owner either way: it is closed, or waits for its retry.
-const endActivitySet = `UPDATE activities SET state = $1, attempt = greatest(attempt, $2::integer),
+// owner either way: it is closed, or waits for its retry; a retry of an
+// activity another server asked to cancel is closed as canceled instead.
+const endActivitySet = `UPDATE activities SET
+		state = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN 'canceled' ELSE $1 END,
+		attempt = greatest(attempt, $2::integer),
 		started_at = CASE WHEN started_at = 0 THEN $3::bigint ELSE started_at END,
-		result = $4::bytea, failure = $5::jsonb, heartbeat = coalesce($6::bytea, heartbeat),
-		ready_at = $7::bigint, closed_at = $8::bigint, owner = 0, cancel_reason = NULL
+		result = $4::bytea, heartbeat = coalesce($6::bytea, heartbeat), ready_at = $7::bigint,
+		failure = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL
+			THEN jsonb_build_object('message', cancel_reason, 'type', 'canceled', 'retryable', false) ELSE $5::jsonb END,
+		closed_at = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN ` + dbNow + ` ELSE $8::bigint END,
+		owner = 0, cancel_reason = NULL
 	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')
 		AND ($11::bigint = 0 OR owner = $11::bigint)`
 

@@ -37,23 +37,35 @@ const dbNow = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`
 // workPayload lists the triples of the new activities among writes, one
 // "namespace\ttask queue\ttype" per line (names hold neither tab nor newline).
 func workPayload(writes []store.Write) string {
-	var lines []string
+	var triples [][3]string
 	for _, w := range writes {
 		if in, ok := w.(store.InsertActivity); ok {
 			a := in.Activity
-			lines = append(lines, a.Namespace+"\t"+a.TaskQueue+"\t"+a.ActivityType)
+			triples = append(triples, [3]string{a.Namespace, a.TaskQueue, a.ActivityType})
 		}
 	}
-	if len(lines) == 0 {
+	if len(triples) == 0 {
 		return ""
+	}
+	return encodeWork(triples)
+}
+
+// encodeWork renders triples as a work payload, or anyWork when there are
+// none or too many to fit.
+func encodeWork(triples [][3]string) string {
+	if len(triples) == 0 {
+		return anyWork
+	}
+	lines := make([]string, len(triples))
+	for i, t := range triples {
+		lines[i] = t[0] + "\t" + t[1] + "\t" + t[2]
 	}
 	slices.Sort(lines)
 	lines = slices.Compact(lines)
-	p := strings.Join(lines, "\n")
-	if len(p) > maxPayload {
-		return anyWork
+	if p := strings.Join(lines, "\n"); len(p) <= maxPayload {
+		return p
 	}
-	return p
+	return anyWork
 }
 
 func parseWork(p string) [][3]string {
@@ -122,32 +134,6 @@ func (s *Store) Renew(ctx context.Context, id store.ServerID, lease time.Duratio
 	return nil
 }
 
-// Members implements store.Cluster.
-func (s *Store) Members(ctx context.Context) ([]store.Member, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
-		WHERE lease_until >= `+dbNow+` ORDER BY name COLLATE "C", id`)
-	if err != nil {
-		return nil, fmt.Errorf("list cluster members: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Member
-	for rows.Next() {
-		var (
-			m              store.Member
-			started, until int64
-		)
-		if err := rows.Scan(&m.ID, &m.Name, &m.Addr, &started, &until); err != nil {
-			return nil, fmt.Errorf("list cluster members: %w", err)
-		}
-		m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list cluster members: %w", err)
-	}
-	return out, nil
-}
-
 // Leave implements store.Cluster.
 func (s *Store) Leave(ctx context.Context, id store.ServerID) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -170,7 +156,7 @@ func (s *Store) Leave(ctx context.Context, id store.ServerID) error {
 
 // Reap implements store.Cluster. SKIP LOCKED lets every server reap at once
 // without two of them handling the same dead member.
-func (s *Store) Reap(ctx context.Context, now time.Time) ([]store.Reaped, error) {
+func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
 	var out []store.Reaped
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
@@ -202,7 +188,35 @@ func (s *Store) Reap(ctx context.Context, now time.Time) ([]store.Reaped, error)
 			}
 			out = append(out, r)
 		}
-		return nil
+		// A backstop: work owned by a server that is no member any more
+		// (reaped or left while a claim of its was committing) goes back too.
+		var gone []int64
+		rows, err = tx.Query(ctx, `SELECT DISTINCT owner FROM activities
+			WHERE owner <> 0 AND state = 'running' AND owner NOT IN (SELECT id FROM servers)`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			gone = append(gone, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range gone {
+			r, err := s.release(ctx, tx, store.Member{ID: store.ServerID(id), Name: "(gone)"}, true)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM server_messages WHERE to_server NOT IN (SELECT id FROM servers)`)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reap expired servers: %w", err)
@@ -285,12 +299,19 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost boo
 // claimSQL takes up to $8 ready activities of one triple, oldest first,
 // skipping rows another claim holds, and hands them to owner $1; the n-th
 // oldest runs on worker $9[n] (its node label is $7).
-const claimSQL = `UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2,
+//
+// The claim holds a share lock on the claimer's live membership row, so it
+// either commits before a reap of that server (which then hands the work
+// back) or, once the server was reaped, claims nothing.
+const claimSQL = `WITH member AS (
+		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR SHARE
+	)
+	UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2,
 		attempt_worker = coalesce(($9::bigint[])[c.claim_rank], 0), attempt_node = $7
-	FROM (SELECT claim_seq, row_number() OVER (ORDER BY claim_seq) AS claim_rank FROM (
+	FROM member, (SELECT claim_seq, row_number() OVER (ORDER BY claim_seq) AS claim_rank FROM (
 		SELECT seq AS claim_seq FROM activities
 		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
-			AND ready_at <= $6 AND (node = '' OR node = $7)
+			AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
 		ORDER BY seq LIMIT $8 FOR UPDATE SKIP LOCKED) locked) c
 	WHERE a.seq = c.claim_seq
 	RETURNING ` + store.ActivityColumns
@@ -342,7 +363,12 @@ func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now t
 // Unclaim implements store.Cluster.
 func (s *Store) Unclaim(ctx context.Context, owner store.ServerID, namespace, id string) error {
 	var tq, typ string
-	err := s.pool.QueryRow(ctx, `UPDATE activities SET state = 'scheduled', attempt = attempt - 1, owner = 0
+	err := s.pool.QueryRow(ctx, `UPDATE activities SET attempt = attempt - 1, owner = 0,
+			state = CASE WHEN cancel_reason IS NULL THEN 'scheduled' ELSE 'canceled' END,
+			failure = CASE WHEN cancel_reason IS NULL THEN failure
+				ELSE jsonb_build_object('message', cancel_reason, 'type', 'canceled', 'retryable', false) END,
+			closed_at = CASE WHEN cancel_reason IS NULL THEN 0 ELSE `+dbNow+` END,
+			cancel_reason = NULL
 		WHERE namespace = $1 AND id = $2 AND owner = $3 AND state = 'running' RETURNING task_queue, activity_type`,
 		namespace, id, int64(owner)).Scan(&tq, &typ)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -466,6 +492,27 @@ func (s *Store) CancelRequests(ctx context.Context, owner store.ServerID) ([]sto
 		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
 	}
 	return acts, reasons, nil
+}
+
+// Owned implements store.Cluster.
+func (s *Store) Owned(ctx context.Context, owner store.ServerID) ([]store.ActivityRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, id FROM activities WHERE owner = $1 AND state = 'running'`, int64(owner))
+	if err != nil {
+		return nil, fmt.Errorf("list owned activities: %w", err)
+	}
+	defer rows.Close()
+	var out []store.ActivityRef
+	for rows.Next() {
+		var r store.ActivityRef
+		if err := rows.Scan(&r.Namespace, &r.ID); err != nil {
+			return nil, fmt.Errorf("list owned activities: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list owned activities: %w", err)
+	}
+	return out, nil
 }
 
 // OwnerOf implements store.Cluster.
@@ -642,17 +689,7 @@ func (s *Store) Receive(ctx context.Context, id store.ServerID) ([]store.Message
 func (s *Store) Announce(ctx context.Context, n store.Notice) error {
 	switch n.Kind {
 	case store.NoticeWork:
-		p := anyWork
-		if len(n.Triples) > 0 {
-			lines := make([]string, len(n.Triples))
-			for i, t := range n.Triples {
-				lines[i] = t[0] + "\t" + t[1] + "\t" + t[2]
-			}
-			if j := strings.Join(lines, "\n"); len(j) <= maxPayload {
-				p = j
-			}
-		}
-		return s.announce(ctx, channelWork, p)
+		return s.announce(ctx, channelWork, encodeWork(n.Triples))
 	case store.NoticeNamespace:
 		return s.announce(ctx, channelNamespace, n.Name)
 	case store.NoticeTopology:
@@ -673,9 +710,13 @@ func (s *Store) announce(ctx context.Context, channel, payload string) error {
 func (s *Store) Listen(ctx context.Context, self store.ServerID, fn func(store.Notice)) error {
 	pause := 50 * time.Millisecond
 	for first := true; ; first = false {
+		began := time.Now()
 		err := s.listenOnce(ctx, self, fn, !first)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if time.Since(began) > time.Minute {
+			pause = 50 * time.Millisecond // it worked for a while: reconnect quickly
 		}
 		// The connection broke (err says why); notices sent meanwhile are
 		// lost, which the NoticeReconnected after reconnecting tells fn.
@@ -705,7 +746,11 @@ func (s *Store) listenOnce(ctx context.Context, self store.ServerID, fn func(sto
 	}
 	me := strconv.FormatInt(int64(self), 10)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		// A connection silent for a minute is replaced: a half-open TCP
+		// connection would otherwise swallow notices for a long time.
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
 		if err != nil {
 			return err
 		}

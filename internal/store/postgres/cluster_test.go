@@ -146,11 +146,11 @@ func TestReapHandsBackTheAttemptsOfAnExpiredServer(t *testing.T) {
 	if err := b.st.PutWorker(b.ctx, store.WorkerRecord{ID: 7, Server: dead, Info: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
-	if reaped, err := b.st.Reap(b.ctx, time.Now()); err != nil || len(reaped) != 0 {
+	if reaped, err := b.st.Reap(b.ctx); err != nil || len(reaped) != 0 {
 		t.Fatalf("reap before the lease ended = %v, %v", reaped, err)
 	}
 	time.Sleep(400 * time.Millisecond)
-	reaped, err := b.st.Reap(b.ctx, time.Now())
+	reaped, err := b.st.Reap(b.ctx)
 	if err != nil || len(reaped) != 1 {
 		t.Fatalf("reap = %v, %v", reaped, err)
 	}
@@ -240,5 +240,61 @@ func TestMessagesReachOnlyTheirServer(t *testing.T) {
 	}
 	if again, err := b.st.Receive(b.ctx, c); err != nil || len(again) != 0 {
 		t.Fatalf("a message was received twice: %+v, %v", again, err)
+	}
+}
+
+// A server whose lease ran out claims nothing, reaped or not: its claims
+// could otherwise outlive the reap that hands its work back.
+func TestAnExpiredMemberClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t)
+	id := b.join(t, "late", 300*time.Millisecond)
+	b.schedule(t, 2, "t", "")
+	time.Sleep(400 * time.Millisecond)
+	for _, reap := range []bool{false, true} {
+		if reap {
+			if _, err := b.st.Reap(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := b.st.ClaimActivities(b.ctx, id, time.Now(), []store.Claim{claimOf("t", "", 2)})
+		if err != nil || len(res[0]) != 0 {
+			t.Fatalf("expired member (reaped: %v) claimed %v, %v", reap, res, err)
+		}
+	}
+}
+
+// A cancel requested while the attempt was ending wins over its retry, and
+// over a claim handed back before it started.
+func TestCancelRequestOutlivesRetryAndHandBack(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t)
+	owner := b.join(t, "owner", time.Minute)
+	b.schedule(t, 2, "t", "")
+	res, err := b.st.ClaimActivities(b.ctx, owner, time.Now(), []store.Claim{claimOf("t", "", 2)})
+	if err != nil || len(res[0]) != 2 {
+		t.Fatal(res, err)
+	}
+	retried, handedBack := res[0][0], res[0][1]
+	for _, a := range res[0] {
+		if outcome, got, err := b.st.RequestCancel(b.ctx, "ns", a.ID, "no longer needed", time.Now()); err != nil ||
+			outcome != store.CancelForwarded || got != owner {
+			t.Fatalf("request cancel of %s: %v %v %v", a.ID, outcome, got, err)
+		}
+	}
+	if _, err := b.st.Apply(b.ctx, []store.Write{store.EndAttempt{Namespace: "ns", ID: retried.ID, Owner: owner,
+		State: store.StateScheduled, ReadyAt: time.Now(), ActivityFailure: nil,
+		Attempt: &store.Attempt{Number: 1, StartedAt: time.Now(), EndedAt: time.Now(), Outcome: store.OutcomeFailed,
+			Failure: &store.Failure{Type: "error", Retryable: true}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.Unclaim(b.ctx, owner, "ns", handedBack.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{retried.ID, handedBack.ID} {
+		a, err := b.st.GetActivity(b.ctx, "ns", id)
+		if err != nil || a.State != store.StateCanceled || a.Failure == nil || a.Failure.Message != "no longer needed" || a.ClosedAt.IsZero() {
+			t.Fatalf("%s after its cancel request: %+v, %v", id, a, err)
+		}
 	}
 }

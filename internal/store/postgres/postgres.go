@@ -141,7 +141,10 @@ var migrations = []string{
 		body        bytea,
 		call_id     bigint NOT NULL DEFAULT 0
 	);
-	CREATE INDEX server_messages_to ON server_messages (to_server)`,
+	CREATE INDEX server_messages_to ON server_messages (to_server);
+	-- Earlier versions left a first attempt's ready time at 0; waiting
+	-- deadlines are now measured from it.
+	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled'`,
 }
 
 // migrate applies every migration the database lacks, in one transaction
