@@ -36,14 +36,10 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 	if e.cl != nil && a != nil && a.worker == nil && !a.closing {
 		// Between attempts: its retry is being written, after which it
 		// waits in the store; cancel it there.
-		ch := make(chan struct{})
-		a.waiters = append(a.waiters, ch)
+		ch := a.addWaiter()
 		e.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			e.dropWaiter(k, ch)
-			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
+		if err := e.await(ctx, k, ch); err != nil {
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, err)
 		}
 		e.mu.Lock()
 		a = e.open[k]
@@ -63,20 +59,16 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 		if reason == "" {
 			reason = "canceled by request"
 		}
-		done = make(chan struct{})
-		a.waiters = append(a.waiters, done)
+		done = a.addWaiter()
 		e.unqueueLocked(a)
 		e.closeLocked(a, store.StateCanceled, &store.Failure{Type: "canceled", Message: reason}, e.now())
 	} else if a != nil {
-		done = make(chan struct{})
-		a.waiters = append(a.waiters, done)
+		done = a.addWaiter()
 	}
 	e.mu.Unlock()
 	if done != nil {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, ctx.Err())
+		if err := e.await(ctx, k, done); err != nil {
+			return View{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, ns, err)
 		}
 	}
 	return e.canceledView(ctx, ns, id)

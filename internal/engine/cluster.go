@@ -602,17 +602,13 @@ func (e *Engine) awaitClosed(ctx context.Context, ns, id string) error {
 		}
 		a := e.open[key{ns, id}]
 		var ch chan struct{}
-		if a != nil && !e.closed && !e.waitsReleased {
-			ch = make(chan struct{})
-			a.waiters = append(a.waiters, ch)
+		if a != nil && !e.closed {
+			ch = a.addWaiter()
 		}
 		e.mu.Unlock()
 		if ch != nil {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				e.dropWaiter(key{ns, id}, ch)
-				return ctx.Err()
+			if err := e.await(ctx, key{ns, id}, ch); err != nil {
+				return err
 			}
 		}
 		rec, err := e.st.GetActivity(ctx, ns, id)

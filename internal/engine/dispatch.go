@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"github.com/aion-run/aion/internal/registry"
@@ -27,6 +28,25 @@ type activity struct {
 }
 
 func (a *activity) key() key { return key{a.rec.Namespace, a.rec.ID} }
+
+// addWaiter returns a channel closed when the activity closes or leaves
+// memory; the caller holds the engine lock.
+func (a *activity) addWaiter() chan struct{} {
+	ch := make(chan struct{})
+	a.waiters = append(a.waiters, ch)
+	return ch
+}
+
+// await blocks until ch, a waiter of activity k, is closed or ctx ends.
+func (e *Engine) await(ctx context.Context, k key, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		e.dropWaiter(k, ch)
+		return ctx.Err()
+	}
+}
 
 func (a *activity) wakeWaiters() {
 	for _, ch := range a.waiters {

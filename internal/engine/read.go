@@ -93,16 +93,12 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 	a := e.open[key{ns, id}]
 	var ch chan struct{}
 	if a != nil && !e.closed {
-		ch = make(chan struct{})
-		a.waiters = append(a.waiters, ch)
+		ch = a.addWaiter()
 	}
 	e.mu.Unlock()
 	if ch != nil {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			e.dropWaiter(key{ns, id}, ch)
-			return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, ctx.Err())
+		if err := e.await(ctx, key{ns, id}, ch); err != nil {
+			return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, err)
 		}
 	}
 	v, err := e.view(ctx, ns, id)
