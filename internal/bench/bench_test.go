@@ -2,10 +2,12 @@ package bench_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aion-run/aion/internal/bench"
+	"github.com/aion-run/aion/internal/pgtest"
 	"go.uber.org/goleak"
 )
 
@@ -35,9 +37,40 @@ func TestRunCompletesEveryActivity(t *testing.T) {
 
 func TestRunRefusesBadOptions(t *testing.T) {
 	t.Parallel()
+	tests := []struct {
+		name  string
+		set   func(*bench.Options)
+		field string
+	}{
+		{"payload below 8 bytes", func(o *bench.Options) { o.Payload = 4 }, "--payload"},
+		{"no servers", func(o *bench.Options) { o.Servers = 0 }, "--servers"},
+		{"several servers on SQLite", func(o *bench.Options) { o.Servers = 2 }, "--servers"},
+		{"several servers with an address", func(o *bench.Options) { o.Servers, o.Address = 2, "127.0.0.1:1" }, "--servers"},
+	}
+	for _, tc := range tests {
+		o := bench.Defaults()
+		tc.set(&o)
+		_, err := bench.Run(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: err = %v, want one naming %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+// Two servers on one PostgreSQL database share the work: workers and
+// schedulers are spread over them and every activity completes.
+func TestRunSpreadsOverServersOnPostgres(t *testing.T) {
+	t.Parallel()
 	o := bench.Defaults()
-	o.Payload = 4
-	if _, err := bench.Run(context.Background(), o); err == nil {
-		t.Fatal("payload of 4 bytes accepted")
+	o.Activities, o.Workers, o.Slots, o.Concurrency, o.Batch = 400, 2, 8, 2, 20
+	o.Store, o.Servers = pgtest.Fresh(t, 0), 2
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Activities != 400 || rep.Errors != 0 || rep.Servers != 2 {
+		t.Fatalf("report %+v", rep)
 	}
 }
