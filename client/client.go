@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/target"
 )
 
 // Client talks to one aion server. It is safe for concurrent use; create one
@@ -45,7 +46,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 }
 
 // Dial creates a client for the server at address (host:port, or any gRPC
-// target such as "dns:///aion.internal:50051").
+// target such as "dns:///aion.internal:50051"), or for a cluster's servers
+// listed as "host1:port,host2:port,…": the client then uses one of them, in
+// a random order, and moves to another when it goes away.
 //
 // Dial does not wait for the connection: the first call connects, and a
 // server that is down shows up as an Unavailable error from that call. ctx
@@ -66,7 +69,7 @@ func Dial(ctx context.Context, address string, opts ...Option) (*Client, error) 
 		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(o.token)))
 	}
 	dial = append(dial, o.dialOptions...)
-	conn, err := grpc.NewClient(address, dial...)
+	conn, err := target.Dial(address, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("aion client: dial %s: %w", address, err)
 	}

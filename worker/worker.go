@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/target"
 )
 
 // SDKVersion is sent in Register.sdk_version.
@@ -155,7 +156,9 @@ type Worker struct {
 }
 
 // New returns a worker for the server at address (host:port or any gRPC
-// target). It does not connect; Run does.
+// target), or for a cluster's servers listed as "host1:port,host2:port,…":
+// the worker connects to one of them, in a random order, and after losing it
+// reconnects to another. It does not connect; Run does.
 func New(address string, opts Options) (*Worker, error) {
 	if address == "" {
 		return nil, errors.New("worker: address is empty")
@@ -509,7 +512,7 @@ func (w *Worker) dial() (*grpc.ClientConn, error) {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(w.opts.Token)))
 	}
 	dial = append(dial, w.opts.DialOptions...)
-	return grpc.NewClient(w.address, dial...)
+	return target.Dial(w.address, dial...)
 }
 
 // bearerToken sends "authorization: Bearer <token>" with every call.

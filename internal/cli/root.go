@@ -179,7 +179,7 @@ defaults.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.address, "address", "127.0.0.1:50051", "address of the aion server's gRPC endpoint")
+	pf.StringVar(&a.address, "address", "127.0.0.1:50051", "address of the aion server's gRPC endpoint (host:port), or of a cluster's servers as host:port,host:port,…")
 	bindEnv(pf, "address", "AION_ADDRESS")
 	pf.StringVar(&a.token, "token", "", "bearer token sent as \"authorization: Bearer <token>\"")
 	bindEnv(pf, "token", "AION_TOKEN")

@@ -1,0 +1,41 @@
+// Package target turns an aion address into a gRPC connection: one
+// host:port, or several separated by commas (the servers of a cluster).
+// With several, each connection tries them in its own shuffled order and
+// moves to another when the one it uses goes away, so clients and workers
+// spread over the servers and survive one of them dying.
+package target
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+)
+
+// shuffledPickFirst keeps one connection at a time, to the first reachable
+// address of a shuffled list.
+const shuffledPickFirst = `{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`
+
+// Dial returns a client connection for address; opts are the caller's own.
+func Dial(address string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if !strings.Contains(address, ",") {
+		return grpc.NewClient(address, opts...)
+	}
+	var list []resolver.Address
+	for _, a := range strings.Split(address, ",") {
+		a = strings.TrimSpace(a)
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: entry %q is not host:port: %w", address, a, err)
+		}
+		// ServerName keeps TLS verifying each server by its own host name.
+		list = append(list, resolver.Address{Addr: a, ServerName: host})
+	}
+	r := manual.NewBuilderWithScheme("aion-servers")
+	r.InitialState(resolver.State{Addresses: list})
+	all := append([]grpc.DialOption{grpc.WithResolvers(r), grpc.WithDefaultServiceConfig(shuffledPickFirst)}, opts...)
+	return grpc.NewClient(r.Scheme()+":///cluster", all...)
+}
