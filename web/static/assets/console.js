@@ -123,7 +123,7 @@ const workersTable = new KeyedTable($("workers-body"), {
       value: (w) => `${w.id}\u0000${w.peer || ""}\u0000${w.identity || ""}`,
       paint: (td, w) => {
         td.textContent = w.id;
-        td.title = [w.identity, w.peer, w.sdk_version].filter(Boolean).join(" · ");
+        td.title = [w.server && `server ${w.server}`, w.identity, w.peer, w.sdk_version].filter(Boolean).join(" · ");
       },
     },
     {
@@ -191,7 +191,7 @@ function workerFilter() {
   } else {
     const terms = q.split(/\s+/);
     workersTable.filter = (w) => {
-      const hay = [w.id, ...(w.namespaces || []), w.task_queue || "default", w.node || "", workerState(w)]
+      const hay = [w.id, ...(w.namespaces || []), w.task_queue || "default", w.node || "", w.server || "", workerState(w)]
         .join(" ")
         .toLowerCase();
       return terms.every((t) => hay.includes(t));
