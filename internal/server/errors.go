@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/name"
@@ -45,8 +47,15 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
 		return codes.Unavailable
 	}
-	var connect *pgconn.ConnectError
-	if errors.As(err, &connect) { // the database is unreachable: try again later
+	// The database is unreachable or the connection to it broke: nothing
+	// was acknowledged, and the call may be tried again (a schedule with
+	// the same id is idempotent).
+	var (
+		connect *pgconn.ConnectError
+		netErr  net.Error
+	)
+	if errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

@@ -127,9 +127,10 @@ func (m *member) start(ctx context.Context, wg *sync.WaitGroup, fail func(error)
 // running attempts. The lease is counted from when a renewal was sent, which
 // is never later than when the database extended it.
 func (m *member) renew(ctx context.Context, fail func(error)) {
-	t := time.NewTicker(m.lease / 4)
+	t := time.NewTicker(m.lease / 8) // fine enough to stop close to the deadline
 	defer t.Stop()
-	last := m.joinSent
+	last := m.joinSent // the last renewal that succeeded, as sent
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -137,21 +138,31 @@ func (m *member) renew(ctx context.Context, fail func(error)) {
 		case <-t.C:
 		}
 		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, m.lease/4)
+		if !failing && sent.Sub(last) < m.lease/4 {
+			continue
+		}
+		deadline := last.Add(m.lease * 3 / 4)
+		callEnd := sent.Add(m.lease / 4)
+		if deadline.Before(callEnd) {
+			callEnd = deadline
+		}
+		rctx, cancel := context.WithDeadline(ctx, callEnd)
 		err := m.cl.Renew(rctx, m.self.ID, m.lease)
 		cancel()
 		switch {
 		case err == nil:
-			last = sent
+			last, failing = sent, false
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) >= m.lease*3/4:
+		case errors.Is(err, store.ErrLeaseLost) || !time.Now().Before(deadline):
 			fail(fmt.Errorf("cluster membership of server %q (%d) ended: %w", m.self.Name, m.self.ID, err))
 			return
-		case time.Since(last) < m.lease/2:
-			// The first failure of an outage; the next ones are quiet
-			// until the lease is at stake.
-			m.s.log.Warn("renew cluster lease failed; retrying", "err", err, "lease_left", time.Until(last.Add(m.lease)).Round(time.Millisecond))
+		default:
+			if !failing { // once per outage; the deadline decides the rest
+				m.s.log.Warn("renew cluster lease failed; retrying", "err", err,
+					"stop_in", time.Until(deadline).Round(time.Millisecond))
+			}
+			failing = true
 		}
 	}
 }
