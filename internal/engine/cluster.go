@@ -595,17 +595,10 @@ func (e *Engine) cancelInStore(ctx context.Context, ns, id, reason string) error
 func (e *Engine) awaitClosed(ctx context.Context, ns, id string) error {
 	pause := 10 * time.Millisecond
 	for {
-		e.mu.Lock()
-		if e.waitsReleased {
-			e.mu.Unlock()
-			return fmt.Errorf("server stopping: %w", ErrClosed)
+		ch, err := e.waiterFor(key{ns, id})
+		if err != nil {
+			return err
 		}
-		a := e.open[key{ns, id}]
-		var ch chan struct{}
-		if a != nil && !e.closed {
-			ch = a.addWaiter()
-		}
-		e.mu.Unlock()
 		if ch != nil {
 			if err := e.await(ctx, key{ns, id}, ch); err != nil {
 				return err

@@ -85,17 +85,10 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 		}
 		return e.view(ctx, ns, id)
 	}
-	e.mu.Lock()
-	if e.waitsReleased {
-		e.mu.Unlock()
-		return View{}, fmt.Errorf("wait for activity %q in namespace %q: server stopping: %w", id, ns, ErrClosed)
+	ch, err := e.waiterFor(key{ns, id})
+	if err != nil {
+		return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, err)
 	}
-	a := e.open[key{ns, id}]
-	var ch chan struct{}
-	if a != nil && !e.closed {
-		ch = a.addWaiter()
-	}
-	e.mu.Unlock()
 	if ch != nil {
 		if err := e.await(ctx, key{ns, id}, ch); err != nil {
 			return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, err)
@@ -109,6 +102,20 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 		return View{}, fmt.Errorf("wait for activity %q in namespace %q: server stopping: %w", id, ns, ErrClosed)
 	}
 	return v, nil
+}
+
+// waiterFor registers a waiter on activity k when this server holds it (nil
+// when it does not), or fails once the server is stopping.
+func (e *Engine) waiterFor(k key) (chan struct{}, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.waitsReleased {
+		return nil, fmt.Errorf("server stopping: %w", ErrClosed)
+	}
+	if a := e.open[k]; a != nil && !e.closed {
+		return a.addWaiter(), nil
+	}
+	return nil, nil
 }
 
 // ReleaseWaiters ends every Wait in progress, and every later one, with
