@@ -176,7 +176,9 @@ type Engine struct {
 	pending map[string]int
 	running map[string]int
 	timers  timerHeap
-	closed  bool
+	// compactAt is the heap size at which stale timers are swept out next.
+	compactAt int
+	closed    bool
 	// waitsReleased makes Wait return at once: the server is stopping.
 	waitsReleased bool
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -79,5 +80,33 @@ func TestGeneratedIDsSortByTime(t *testing.T) {
 	}
 	if !slices.IsSorted(ids) || ids[0] == ids[1] || len(ids[0]) != 32 {
 		t.Fatalf("ids = %v, want distinct 32-digit ids in time order", ids)
+	}
+}
+
+// Timers of closed activities do not pile up: the heap is swept whenever it
+// has doubled, and live timers survive the sweep.
+func TestStaleTimersAreSweptOut(t *testing.T) {
+	t.Parallel()
+	e := &Engine{open: map[key]*activity{}, timerWake: make(chan struct{}, 1)}
+	live := &activity{rec: store.Activity{Namespace: "ns", ID: "live", Attempt: 2}}
+	e.open[live.key()] = live
+	far := time.Now().Add(24 * time.Hour)
+	e.armLocked(far, live.key(), 0, timerScheduleToClose)
+	e.armLocked(far, live.key(), 2, timerStartToClose)
+	e.armLocked(far, live.key(), 1, timerStartToClose) // an earlier attempt's: stale
+	for i := range 100_000 {
+		e.armLocked(far, key{"ns", fmt.Sprint("closed-", i)}, 0, timerScheduleToClose)
+	}
+	if n := len(e.timers); n > 2*minCompact+3 {
+		t.Fatalf("%d timers held for 2 live ones", n)
+	}
+	e.compactTimersLocked()
+	var kinds []timerKind
+	for _, tm := range e.timers {
+		kinds = append(kinds, tm.kind)
+	}
+	slices.Sort(kinds)
+	if !slices.Equal(kinds, []timerKind{timerStartToClose, timerScheduleToClose}) {
+		t.Fatalf("after a sweep the heap holds kinds %v, want the live activity's two", kinds)
 	}
 }

@@ -47,10 +47,57 @@ func (h *timerHeap) Pop() any {
 
 // armLocked adds a deadline and wakes the timer loop if it is now the earliest.
 func (e *Engine) armLocked(at time.Time, k key, attempt int, kind timerKind) {
-	heap.Push(&e.timers, timer{at: at, k: k, attempt: attempt, kind: kind})
-	if e.timers[0].at.Equal(at) {
+	e.pushTimerLocked(timer{at: at, k: k, attempt: attempt, kind: kind})
+}
+
+// minCompact is the heap size below which stale timers are not worth
+// sweeping out.
+const minCompact = 4096
+
+func (e *Engine) pushTimerLocked(tm timer) {
+	if len(e.timers) >= max(e.compactAt, minCompact) {
+		e.compactTimersLocked()
+	}
+	heap.Push(&e.timers, tm)
+	if e.timers[0].at.Equal(tm.at) {
 		e.wakeTimers()
 	}
+}
+
+// compactTimersLocked drops the timers that can no longer act. Timers are
+// not removed when their activity closes, so without this every closed
+// activity would keep its schedule-to-close entry (a day, by default) in
+// memory. Compacting when the heap has doubled since the last time keeps
+// the cost constant per timer.
+func (e *Engine) compactTimersLocked() {
+	kept := e.timers[:0]
+	for _, tm := range e.timers {
+		if e.timerLiveLocked(tm) {
+			kept = append(kept, tm)
+		}
+	}
+	clear(e.timers[len(kept):])
+	e.timers = kept
+	heap.Init(&e.timers)
+	e.compactAt = 2 * len(e.timers)
+}
+
+// timerLiveLocked reports whether a timer may still act when it fires (see
+// fireLocked): its activity is open and, for the attempt-bound kinds, still
+// at the attempt the timer was armed for.
+func (e *Engine) timerLiveLocked(tm timer) bool {
+	switch tm.kind {
+	case timerAnnounce, timerClaim:
+		return true
+	}
+	a := e.open[tm.k]
+	switch {
+	case a == nil || a.closing:
+		return false
+	case tm.kind == timerScheduleToClose:
+		return true
+	}
+	return a.rec.Attempt == tm.attempt
 }
 
 // runTimers fires deadlines until the engine stops.
@@ -82,18 +129,12 @@ func (e *Engine) runTimers() {
 // armAnnounceLocked arranges to tell every server when a retry that waits in
 // the store becomes ready.
 func (e *Engine) armAnnounceLocked(at time.Time, t registry.Triple) {
-	heap.Push(&e.timers, timer{at: at, kind: timerAnnounce, triple: t})
-	if e.timers[0].at.Equal(at) {
-		e.wakeTimers()
-	}
+	e.pushTimerLocked(timer{at: at, kind: timerAnnounce, triple: t})
 }
 
 // armWakeLocked arranges for this server to claim for t again at at.
 func (e *Engine) armWakeLocked(at time.Time, t registry.Triple) {
-	heap.Push(&e.timers, timer{at: at, kind: timerClaim, triple: t})
-	if e.timers[0].at.Equal(at) {
-		e.wakeTimers()
-	}
+	e.pushTimerLocked(timer{at: at, kind: timerClaim, triple: t})
 }
 
 func (e *Engine) fireLocked(tm timer, now time.Time) {
