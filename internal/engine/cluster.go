@@ -393,6 +393,10 @@ func (e *Engine) choreOK(what string) {
 	}
 }
 
+// backlogEvery is how many polls pass between backlog samples: counting a
+// large backlog reads every waiting row, so it is not done every second.
+const backlogEvery = 5
+
 // runChores runs, every poll, what no notice triggers: a claim for every
 // local triple (in case a notice was lost), timeouts of waiting work,
 // cancel requests addressed to this server, and the backlog sample.
@@ -400,7 +404,7 @@ func (e *Engine) runChores() {
 	defer e.done.Done()
 	t := time.NewTicker(e.cl.Poll)
 	defer t.Stop()
-	for {
+	for polls := 0; ; polls++ {
 		select {
 		case <-e.stop:
 			return
@@ -411,6 +415,9 @@ func (e *Engine) runChores() {
 		e.handBackUnknown()
 		e.expireWaiting()
 		e.applyCancelRequests()
+		if polls%backlogEvery != 0 {
+			continue
+		}
 		var b []store.WaitingBacklog
 		if err := e.call(func(ctx context.Context) (err error) {
 			b, err = e.cl.Store.Waiting(ctx, e.now())

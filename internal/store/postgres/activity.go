@@ -11,10 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-const insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 	fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
-	scheduled_at, started_at, ready_at, closed_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::jsonb, $14, $15, $16, $17, $18)
+	scheduled_at, started_at, ready_at, closed_at, wait_deadline)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::jsonb, $14, $15, $16, $17, $18,
+		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
 // endActivitySet moves an open activity; $1..$11 are shared by both EndAttempt
@@ -22,7 +23,7 @@ const insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, ac
 // owned by another server than $11 when $11 is set. The activity leaves its
 // owner either way: it is closed, or waits for its retry; a retry of an
 // activity another server asked to cancel is closed as canceled instead.
-const endActivitySet = `UPDATE activities SET
+var endActivitySet = `UPDATE activities SET
 		state = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN 'canceled' ELSE $1 END,
 		attempt = greatest(attempt, $2::integer),
 		started_at = CASE WHEN started_at = 0 THEN $3::bigint ELSE started_at END,
@@ -30,18 +31,19 @@ const endActivitySet = `UPDATE activities SET
 		failure = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL
 			THEN jsonb_build_object('message', cancel_reason, 'type', 'canceled', 'retryable', false) ELSE $5::jsonb END,
 		closed_at = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN ` + dbNow + ` ELSE $8::bigint END,
+		wait_deadline = CASE WHEN $1 = 'scheduled' THEN ` + waitDeadline("timeouts", "scheduled_at", "$7::bigint") + ` ELSE wait_deadline END,
 		owner = 0, cancel_reason = NULL
 	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')
 		AND ($11::bigint = 0 OR owner = $11::bigint)`
 
 // endActivitySQL ends an activity without recording an attempt and returns
 // how many activities it changed.
-const endActivitySQL = `WITH up AS (` + endActivitySet + ` RETURNING 1)
+var endActivitySQL = `WITH up AS (` + endActivitySet + ` RETURNING 1)
 	SELECT count(*) FROM up`
 
 // endAttemptSQL ends an activity and, only if that changed it, records the
 // attempt, in one statement so a whole Apply is one pipelined batch.
-const endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
+var endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
 	att AS (
 		INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		SELECT $9::text, $10::text, $12::integer, $13::bigint, $14::text, $15::bigint, $16::bigint, $17::text, $18::jsonb FROM up

@@ -247,7 +247,7 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost boo
 		), up AS (
 			UPDATE activities a SET owner = 0,
 				state = CASE WHEN l.cancel_reason IS NULL THEN 'scheduled' ELSE 'canceled' END,
-				ready_at = `+dbNow+`,
+				ready_at = `+dbNow+`, wait_deadline = `+waitDeadline("a.timeouts", "a.scheduled_at", dbNow)+`,
 				closed_at = CASE WHEN l.cancel_reason IS NULL THEN 0 ELSE `+dbNow+` END,
 				failure = CASE WHEN l.cancel_reason IS NULL THEN a.failure
 					ELSE jsonb_set($3::jsonb, '{message}', to_jsonb(l.cancel_reason)) END,
@@ -386,10 +386,8 @@ func (s *Store) ExpireWaiting(ctx context.Context, now time.Time, limit int, fai
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `SELECT `+store.ActivityColumns+` FROM activities
-			WHERE state = 'scheduled' AND (
-				((timeouts->>'schedule_to_close')::bigint > 0 AND scheduled_at + (timeouts->>'schedule_to_close')::bigint <= $1)
-				OR ((timeouts->>'schedule_to_start')::bigint > 0 AND ready_at + (timeouts->>'schedule_to_start')::bigint <= $1))
-			ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`, store.UnixNanos(now), limit)
+			WHERE state = 'scheduled' AND wait_deadline <= $1
+			ORDER BY wait_deadline LIMIT $2 FOR UPDATE SKIP LOCKED`, store.UnixNanos(now), limit)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -296,5 +297,68 @@ func TestCancelRequestOutlivesRetryAndHandBack(t *testing.T) {
 		if err != nil || a.State != store.StateCanceled || a.Failure == nil || a.Failure.Message != "no longer needed" || a.ClosedAt.IsZero() {
 			t.Fatalf("%s after its cancel request: %+v, %v", id, a, err)
 		}
+	}
+}
+
+// The sweep closes exactly the waiting work whose schedule-to-start (from
+// when it became ready) or schedule-to-close deadline passed.
+func TestExpireWaitingClosesOnlyDueWork(t *testing.T) {
+	t.Parallel()
+	b := setupCluster(t)
+	owner := b.join(t, "owner", time.Minute)
+	now := time.Now()
+	insert := func(id string, to store.Timeouts, ready time.Time) {
+		t.Helper()
+		if _, err := b.st.Apply(b.ctx, []store.Write{store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: id,
+			TaskQueue: "q", ActivityType: id, Fingerprint: "f", State: store.StateScheduled, Timeouts: to,
+			ScheduledAt: now, ReadyAt: ready}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert("patient", store.Timeouts{ScheduleToStart: time.Hour, ScheduleToClose: time.Hour}, now)
+	insert("start-due", store.Timeouts{ScheduleToStart: 10 * time.Millisecond}, now)
+	insert("close-due", store.Timeouts{ScheduleToClose: 10 * time.Millisecond}, now)
+	insert("no-deadline", store.Timeouts{}, now)
+	insert("retried", store.Timeouts{ScheduleToStart: 10 * time.Millisecond}, now)
+	// "retried" is claimed and fails; its retry is ready only in an hour, so
+	// its schedule-to-start clock starts then.
+	if res, err := b.st.ClaimActivities(b.ctx, owner, now, []store.Claim{claimOf("retried", "", 1)}); err != nil || len(res[0]) != 1 {
+		t.Fatal(res, err)
+	}
+	if _, err := b.st.Apply(b.ctx, []store.Write{store.EndAttempt{Namespace: "ns", ID: "retried", Owner: owner,
+		State: store.StateScheduled, ReadyAt: now.Add(time.Hour),
+		Attempt: &store.Attempt{Number: 1, StartedAt: now, EndedAt: now, Outcome: store.OutcomeFailed}}}); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(time.Second)
+	closed, err := b.st.ExpireWaiting(b.ctx, later, 100, func(a store.Activity) *store.Failure {
+		return &store.Failure{Type: "expired", Message: a.ID}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, a := range closed {
+		ids = append(ids, a.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"close-due", "start-due"}) {
+		t.Fatalf("the sweep closed %v, want close-due and start-due", ids)
+	}
+	for _, id := range ids {
+		a, err := b.st.GetActivity(b.ctx, "ns", id)
+		if err != nil || a.State != store.StateTimedOut || a.Failure == nil || a.Failure.Message != id {
+			t.Fatalf("%s after the sweep: %+v, %v", id, a, err)
+		}
+	}
+	if again, err := b.st.ExpireWaiting(b.ctx, later, 100, func(store.Activity) *store.Failure {
+		return &store.Failure{Type: "expired"}
+	}); err != nil || len(again) != 0 {
+		t.Fatalf("a second sweep closed %v, %v", again, err)
+	}
+	if gone, err := b.st.ExpireWaiting(b.ctx, now.Add(2*time.Hour), 100, func(store.Activity) *store.Failure {
+		return &store.Failure{Type: "expired"}
+	}); err != nil || len(gone) != 2 {
+		t.Fatalf("two hours on, the sweep closed %d (%v), want patient and retried", len(gone), err)
 	}
 }

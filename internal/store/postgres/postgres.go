@@ -117,7 +117,8 @@ var migrations = []string{
 		ADD COLUMN attempt_started_at bigint NOT NULL DEFAULT 0,
 		ADD COLUMN attempt_worker bigint NOT NULL DEFAULT 0,
 		ADD COLUMN attempt_node text NOT NULL DEFAULT '',
-		ADD COLUMN cancel_reason text;
+		ADD COLUMN cancel_reason text,
+		ADD COLUMN wait_deadline bigint NOT NULL DEFAULT ` + noDeadline + `;
 	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, seq) WHERE state = 'scheduled';
 	CREATE INDEX activities_owned ON activities (owner) WHERE owner <> 0;
 	CREATE TABLE servers (
@@ -142,9 +143,26 @@ var migrations = []string{
 		call_id     bigint NOT NULL DEFAULT 0
 	);
 	CREATE INDEX server_messages_to ON server_messages (to_server);
+	CREATE INDEX activities_wait_deadline ON activities (wait_deadline) WHERE state = 'scheduled';
 	-- Earlier versions left a first attempt's ready time at 0; waiting
 	-- deadlines are now measured from it.
-	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled'`,
+	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled';
+	UPDATE activities SET wait_deadline = ` + waitDeadline("timeouts", "scheduled_at", "ready_at") + ` WHERE state = 'scheduled'`,
+}
+
+// noDeadline is the wait deadline of work that may wait for ever.
+const noDeadline = "9223372036854775807"
+
+// waitDeadline is the SQL for when waiting work times out: the earlier of
+// its schedule-to-close and schedule-to-start deadlines (noDeadline when it
+// has neither), from SQL expressions for its timeouts (jsonb), scheduled
+// time and ready time. The sweep finds due work through an index on it
+// instead of reading every waiting activity's timeouts.
+func waitDeadline(timeouts, scheduled, ready string) string {
+	s2c := "(" + timeouts + "->>'schedule_to_close')::bigint"
+	s2s := "(" + timeouts + "->>'schedule_to_start')::bigint"
+	return "least(CASE WHEN " + s2c + " > 0 THEN " + scheduled + " + " + s2c + " ELSE " + noDeadline + " END, " +
+		"CASE WHEN " + s2s + " > 0 THEN " + ready + " + " + s2s + " ELSE " + noDeadline + " END)"
 }
 
 // migrate applies every migration the database lacks, in one transaction
