@@ -35,6 +35,10 @@ type ClusterConfig struct {
 	ForwardCancel func(ctx context.Context, owner store.ServerID, namespace, id, reason string)
 }
 
+// recheckAfter is how soon a claim that found some work but less than it
+// asked for looks again.
+const recheckAfter = 20 * time.Millisecond
+
 // maxClaim caps the activities one triple claims in one round trip.
 const maxClaim = 512
 
@@ -293,6 +297,12 @@ func (e *Engine) claimRound() bool {
 			}
 		case len(rows) < len(g.workers):
 			e.markEmptyLocked(g.t, g.node)
+			if len(rows) > 0 {
+				// Part of what looked like the end of the queue may have been
+				// rows other servers' claims held at that instant: look once
+				// more shortly rather than leave free slots idle until the poll.
+				e.armWakeLocked(now.Add(recheckAfter), g.t)
+			}
 		default:
 			e.claims.dirty[g.t] = struct{}{}
 			more = true
