@@ -273,37 +273,8 @@ func TestClusterServerKilledUnderLoadLosesNothing(t *testing.T) {
 		}
 	}
 	const sleepMs = 600
-	var (
-		mu    sync.Mutex
-		acked []string
-	)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				id := fmt.Sprintf("g%d-%d", g, i)
-				input := any(echo{Hello: id})
-				typ := "echo"
-				if i%3 == 0 {
-					typ, input = "sleep", map[string]int{"ms": sleepMs}
-				}
-				through := f.servers[order[(g+i)%len(order)]]
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := client.Schedule(cctx, through.client, client.ScheduleOptions{Namespace: "load", ID: id, ActivityType: typ,
-					RetryPolicy: &client.RetryPolicy{InitialInterval: 50 * time.Millisecond}}, input)
-				cancel()
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				} else {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		})
-	}
+	l := startLoad(t, sleepMs, func(g, i int) *client.Client { return f.servers[order[(g+i)%len(order)]].client })
+	ctx := context.Background()
 	// Kill once real load has built up and the victim has a sleep in flight
 	// with time left to run, however busy the machine is.
 	survivor := f.servers["a"]
@@ -313,15 +284,10 @@ func TestClusterServerKilledUnderLoadLosesNothing(t *testing.T) {
 	)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			mu.Lock()
-			n := len(acked)
-			mu.Unlock()
+			n := l.count()
 			t.Fatalf("in 60s: %d activities acknowledged, none running on server %s with time left", n, victimName)
 		}
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n < 150 {
+		if l.count() < 150 {
 			continue
 		}
 		// Only the owner of a running activity reports its attempt in
@@ -351,18 +317,11 @@ func TestClusterServerKilledUnderLoadLosesNothing(t *testing.T) {
 	}
 	victim.server.signal(syscall.SIGKILL)
 	victim.server.exit(10 * time.Second)
-	mu.Lock()
-	atKill := len(acked)
-	mu.Unlock()
+	atKill := l.count()
 	t.Logf("killed server %s with %d acknowledged, %s attempt %d on worker %d among its attempts in flight",
 		victimName, atKill, inFlight, inFlightAt.Number, inFlightAt.WorkerID)
 	time.Sleep(3 * time.Second) // the load goes on; schedules through the dead server fail
-	stop()
-	wg.Wait()
-
-	mu.Lock()
-	ids := append([]string(nil), acked...)
-	mu.Unlock()
+	ids := l.finish()
 	if len(ids) < 150 {
 		t.Fatalf("only %d activities acknowledged; the load was too light to mean anything", len(ids))
 	}

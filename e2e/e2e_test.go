@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -118,40 +117,10 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 	for i := range 3 {
 		c.worker(fmt.Sprintf("w%d", i), "--namespace", "load", "--slots", "8")
 	}
-	var (
-		mu    sync.Mutex
-		acked []string
-	)
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				id := fmt.Sprintf("g%d-%d", g, i)
-				input := any(echo{Hello: id})
-				typ := "echo"
-				if i%3 == 0 {
-					typ, input = "sleep", map[string]int{"ms": 30}
-				}
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := client.Schedule(cctx, c.client, client.ScheduleOptions{Namespace: "load", ID: id, ActivityType: typ,
-					RetryPolicy: &client.RetryPolicy{InitialInterval: 50 * time.Millisecond}}, input)
-				cancel()
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				} else {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		})
-	}
+	l := startLoad(t, 30, func(int, int) *client.Client { return c.client })
 	// Kill once real load has built up, however busy the machine is.
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
+		n := l.count()
 		if n >= 150 {
 			break
 		}
@@ -164,12 +133,7 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	c.boot() // same ports, same data dir; workers reconnect by themselves
 	time.Sleep(700 * time.Millisecond)
-	stop()
-	wg.Wait()
-
-	mu.Lock()
-	ids := append([]string(nil), acked...)
-	mu.Unlock()
+	ids := l.finish()
 	if len(ids) < 150 {
 		t.Fatalf("only %d activities acknowledged; the load was too light to mean anything", len(ids))
 	}

@@ -287,3 +287,58 @@ func ranOn(a *client.Activity) uint64 {
 	}
 	return a.Attempts[len(a.Attempts)-1].WorkerID
 }
+
+// load schedules activities from four goroutines until stopped: echo, and
+// every third one a sleep of sleepMs, each through the client that through
+// names, with a short retry interval. It records the acknowledged ids, and
+// stops at the end of the test at the latest.
+type load struct {
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	acked []string
+}
+
+func startLoad(t *testing.T, sleepMs int, through func(g, i int) *client.Client) *load {
+	ctx, stop := context.WithCancel(context.Background())
+	l := &load{stop: stop}
+	t.Cleanup(func() { l.finish() })
+	for g := range 4 {
+		l.wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				input := any(echo{Hello: id})
+				typ := "echo"
+				if i%3 == 0 {
+					typ, input = "sleep", map[string]int{"ms": sleepMs}
+				}
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := client.Schedule(cctx, through(g, i), client.ScheduleOptions{Namespace: "load", ID: id, ActivityType: typ,
+					RetryPolicy: &client.RetryPolicy{InitialInterval: 50 * time.Millisecond}}, input)
+				cancel()
+				if err == nil {
+					l.mu.Lock()
+					l.acked = append(l.acked, id)
+					l.mu.Unlock()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// count is how many activities were acknowledged so far.
+func (l *load) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// finish stops the load and returns every acknowledged id.
+func (l *load) finish() []string {
+	l.stop()
+	l.wg.Wait()
+	return l.acked
+}

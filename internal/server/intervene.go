@@ -86,7 +86,7 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 		return out, nil
 	}
 	// In a cluster the attempt may run on a worker of another server.
-	owner, _, err := a.s.member.cl.OwnerOf(ctx, r.GetNamespace(), r.GetId())
+	owner, err := a.s.member.cl.OwnerOf(ctx, r.GetNamespace(), r.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

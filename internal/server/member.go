@@ -294,23 +294,16 @@ func (m *member) noteTopology(p string) {
 // syncTopology brings the bus's view of the other servers' workers up to
 // date with the directory, publishing the difference as events.
 func (m *member) syncTopology(ctx context.Context) {
-	recs, err := m.cl.Workers(ctx)
+	others, err := m.otherWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.s.log.Warn("read the worker directory", "err", err)
 		}
 		return
 	}
-	seen := make(map[registry.WorkerID]bool, len(recs))
-	for _, r := range recs {
-		if r.Server == m.self.ID {
-			continue
-		}
-		var info registry.WorkerInfo
-		if err := json.Unmarshal(r.Info, &info); err != nil {
-			m.s.log.Warn("unreadable worker record", "worker", r.ID, "err", err)
-			continue
-		}
+	seen := make(map[registry.WorkerID]bool, len(others))
+	for _, o := range others {
+		info := o.info
 		seen[info.ID] = true
 		old, known := m.remote[info.ID]
 		m.remote[info.ID] = info
@@ -476,43 +469,53 @@ func (m *member) publishUsage() {
 	}
 }
 
-// remoteWorkers lists the workers connected to the other servers.
-func (m *member) remoteWorkers(ctx context.Context) ([]registry.WorkerInfo, error) {
+// otherWorker is a worker connected to another server of the cluster.
+type otherWorker struct {
+	server store.ServerID
+	info   registry.WorkerInfo
+}
+
+// otherWorkers reads the directory's workers of the other servers; an
+// unreadable record is logged and left out.
+func (m *member) otherWorkers(ctx context.Context) ([]otherWorker, error) {
 	recs, err := m.cl.Workers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []registry.WorkerInfo
+	var out []otherWorker
 	for _, r := range recs {
 		if r.Server == m.self.ID {
 			continue
 		}
-		var info registry.WorkerInfo
-		if err := json.Unmarshal(r.Info, &info); err != nil {
+		o := otherWorker{server: r.Server}
+		if err := json.Unmarshal(r.Info, &o.info); err != nil {
+			m.s.log.Warn("unreadable worker record", "worker", r.ID, "err", err)
 			continue
 		}
-		out = append(out, info)
+		out = append(out, o)
 	}
 	return out, nil
 }
 
+// remoteWorkers lists the workers connected to the other servers.
+func (m *member) remoteWorkers(ctx context.Context) ([]registry.WorkerInfo, error) {
+	others, err := m.otherWorkers(ctx)
+	out := make([]registry.WorkerInfo, len(others))
+	for i, o := range others {
+		out[i] = o.info
+	}
+	return out, err
+}
+
 // serverOfWorker finds the server a remote worker is connected to.
 func (m *member) serverOfWorker(ctx context.Context, id registry.WorkerID) (store.ServerID, registry.WorkerInfo, bool, error) {
-	recs, err := m.cl.Workers(ctx)
-	if err != nil {
-		return 0, registry.WorkerInfo{}, false, err
-	}
-	for _, r := range recs {
-		if r.ID != uint64(id) || r.Server == m.self.ID {
-			continue
+	others, err := m.otherWorkers(ctx)
+	for _, o := range others {
+		if o.info.ID == id {
+			return o.server, o.info, true, nil
 		}
-		var info registry.WorkerInfo
-		if err := json.Unmarshal(r.Info, &info); err != nil {
-			return 0, registry.WorkerInfo{}, false, fmt.Errorf("worker %d: unreadable record: %w", id, err)
-		}
-		return r.Server, info, true, nil
 	}
-	return 0, registry.WorkerInfo{}, false, nil
+	return 0, registry.WorkerInfo{}, false, err
 }
 
 // Messages between servers.

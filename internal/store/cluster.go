@@ -166,7 +166,7 @@ type Cluster interface {
 	// Owned lists the running activities owner holds in the store.
 	Owned(ctx context.Context, owner ServerID) ([]ActivityRef, error)
 	// OwnerOf names the member running an activity (0 when none).
-	OwnerOf(ctx context.Context, namespace, id string) (ServerID, int, error)
+	OwnerOf(ctx context.Context, namespace, id string) (ServerID, error)
 	// RunningAttempt describes the attempt an activity is running, on
 	// whichever server; nil when it is not running.
 	RunningAttempt(ctx context.Context, namespace, id string) (*Attempt, error)

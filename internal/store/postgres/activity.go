@@ -149,9 +149,7 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 	}
-	defer rows.Close()
-	var out []store.Attempt
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Attempt, error) {
 		var (
 			at             store.Attempt
 			worker         int64
@@ -159,18 +157,17 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 			outcome        string
 			failure        []byte
 		)
-		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
-			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		if err := row.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
+			return at, err
 		}
 		at.WorkerID = uint64(worker)
 		at.StartedAt, at.EndedAt = store.FromUnixNanos(started), store.FromUnixNanos(ended)
 		at.Outcome = store.AttemptOutcome(outcome)
-		if at.Failure, err = store.DecodeFailure(failure); err != nil {
-			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
-		}
-		out = append(out, at)
-	}
-	if err := rows.Err(); err != nil {
+		var err error
+		at.Failure, err = store.DecodeFailure(failure)
+		return at, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 	}
 	return out, nil
@@ -212,16 +209,8 @@ func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	var out []store.Activity
-	for rows.Next() {
-		a, err := scanActivity(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, activityRow)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil

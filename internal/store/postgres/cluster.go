@@ -164,21 +164,16 @@ func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
 		if err != nil {
 			return err
 		}
-		var dead []store.Member
-		for rows.Next() {
+		dead, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Member, error) {
 			var (
 				m              store.Member
 				started, until int64
 			)
-			if err := rows.Scan(&m.ID, &m.Name, &m.Addr, &started, &until); err != nil {
-				rows.Close()
-				return err
-			}
+			err := row.Scan(&m.ID, &m.Name, &m.Addr, &started, &until)
 			m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
-			dead = append(dead, m)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return m, err
+		})
+		if err != nil {
 			return err
 		}
 		for _, m := range dead {
@@ -190,22 +185,13 @@ func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
 		}
 		// A backstop: work owned by a server that is no member any more
 		// (reaped or left while a claim of its was committing) goes back too.
-		var gone []int64
 		rows, err = tx.Query(ctx, `SELECT DISTINCT owner FROM activities
 			WHERE owner <> 0 AND state = 'running' AND owner NOT IN (SELECT id FROM servers)`)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			gone = append(gone, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
 			return err
 		}
 		for _, id := range gone {
@@ -264,17 +250,8 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost boo
 	if err != nil {
 		return r, fmt.Errorf("remove the workers of server %d: %w", m.ID, err)
 	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Workers = append(r.Workers, uint64(id))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return r, err
+	if r.Workers, err = pgx.CollectRows(rows, pgx.RowTo[uint64]); err != nil {
+		return r, fmt.Errorf("remove the workers of server %d: %w", m.ID, err)
 	}
 	slices.Sort(r.Workers)
 	for _, q := range []string{
@@ -340,16 +317,7 @@ func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now t
 		if err != nil {
 			return nil, fmt.Errorf("claim activities: %w", err)
 		}
-		for rows.Next() {
-			a, err := scanActivity(rows)
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("claim activities: %w", err)
-			}
-			out[i] = append(out[i], a)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if out[i], err = pgx.CollectRows(rows, activityRow); err != nil {
 			return nil, fmt.Errorf("claim activities: %w", err)
 		}
 		slices.SortFunc(out[i], func(x, y store.Activity) int { return cmp.Compare(x.Seq, y.Seq) })
@@ -391,17 +359,8 @@ func (s *Store) ExpireWaiting(ctx context.Context, now time.Time, limit int, fai
 		if err != nil {
 			return err
 		}
-		var due []store.Activity
-		for rows.Next() {
-			a, err := scanActivity(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, a)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		due, err := pgx.CollectRows(rows, activityRow)
+		if err != nil {
 			return err
 		}
 		for _, a := range due {
@@ -467,26 +426,19 @@ func (s *Store) CancelRequests(ctx context.Context, owner store.ServerID) ([]sto
 	if err != nil {
 		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
 	}
-	defer rows.Close()
-	var (
-		acts    []store.Activity
-		reasons []string
-	)
-	for rows.Next() {
+	var reasons []string
+	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Activity, error) {
 		var (
 			r      store.ActivityRow
 			reason string
 		)
-		if err := rows.Scan(append(r.Dest(), &reason)...); err != nil {
-			return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+		if err := row.Scan(append(r.Dest(), &reason)...); err != nil {
+			return store.Activity{}, err
 		}
-		a, err := r.Decode()
-		if err != nil {
-			return nil, nil, fmt.Errorf("list cancel requests: %w", err)
-		}
-		acts, reasons = append(acts, a), append(reasons, reason)
-	}
-	if err := rows.Err(); err != nil {
+		reasons = append(reasons, reason)
+		return r.Decode()
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
 	}
 	return acts, reasons, nil
@@ -498,34 +450,28 @@ func (s *Store) Owned(ctx context.Context, owner store.ServerID) ([]store.Activi
 	if err != nil {
 		return nil, fmt.Errorf("list owned activities: %w", err)
 	}
-	defer rows.Close()
-	var out []store.ActivityRef
-	for rows.Next() {
-		var r store.ActivityRef
-		if err := rows.Scan(&r.Namespace, &r.ID); err != nil {
-			return nil, fmt.Errorf("list owned activities: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.ActivityRef])
+	if err != nil {
 		return nil, fmt.Errorf("list owned activities: %w", err)
 	}
 	return out, nil
 }
 
+// activityRow decodes one activity row for pgx.CollectRows.
+func activityRow(row pgx.CollectableRow) (store.Activity, error) { return scanActivity(row) }
+
 // OwnerOf implements store.Cluster.
-func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.ServerID, int, error) {
+func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.ServerID, error) {
 	var owner int64
-	var attempt int
-	err := s.pool.QueryRow(ctx, `SELECT owner, attempt FROM activities WHERE namespace = $1 AND id = $2 AND state = 'running'`,
-		namespace, id).Scan(&owner, &attempt)
+	err := s.pool.QueryRow(ctx, `SELECT owner FROM activities WHERE namespace = $1 AND id = $2 AND state = 'running'`,
+		namespace, id).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, nil
+		return 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, err)
+		return 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, err)
 	}
-	return store.ServerID(owner), attempt, nil
+	return store.ServerID(owner), nil
 }
 
 // RunningAttempt implements store.Cluster.
@@ -555,20 +501,16 @@ func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBack
 	if err != nil {
 		return nil, fmt.Errorf("measure the backlog: %w", err)
 	}
-	defer rows.Close()
-	var out []store.WaitingBacklog
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WaitingBacklog, error) {
 		var (
 			b     store.WaitingBacklog
 			ready int64
 		)
-		if err := rows.Scan(&b.Namespace, &b.TaskQueue, &b.Waiting, &ready); err != nil {
-			return nil, fmt.Errorf("measure the backlog: %w", err)
-		}
+		err := row.Scan(&b.Namespace, &b.TaskQueue, &b.Waiting, &ready)
 		b.OldestReadyAt = store.FromUnixNanos(ready)
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
+		return b, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("measure the backlog: %w", err)
 	}
 	return out, nil
@@ -581,19 +523,13 @@ func (s *Store) OpenCounts(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count open activities: %w", err)
 	}
-	defer rows.Close()
 	out := make(map[string]int)
-	for rows.Next() {
-		var (
-			ns string
-			n  int
-		)
-		if err := rows.Scan(&ns, &n); err != nil {
-			return nil, fmt.Errorf("count open activities: %w", err)
-		}
-		out[ns] = n
-	}
-	if err := rows.Err(); err != nil {
+	var (
+		ns string
+		n  int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ns, &n}, func() error { out[ns] = n; return nil })
+	if err != nil {
 		return nil, fmt.Errorf("count open activities: %w", err)
 	}
 	return out, nil
@@ -624,20 +560,8 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
-	defer rows.Close()
-	var out []store.WorkerRecord
-	for rows.Next() {
-		var (
-			w          store.WorkerRecord
-			id, server int64
-		)
-		if err := rows.Scan(&id, &server, &w.Info); err != nil {
-			return nil, fmt.Errorf("list workers: %w", err)
-		}
-		w.ID, w.Server = uint64(id), store.ServerID(server)
-		out = append(out, w)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.WorkerRecord])
+	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
 	return out, nil
@@ -663,20 +587,8 @@ func (s *Store) Receive(ctx context.Context, id store.ServerID) ([]store.Message
 	if err != nil {
 		return nil, fmt.Errorf("receive messages: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Message
-	for rows.Next() {
-		var (
-			m    store.Message
-			from int64
-		)
-		if err := rows.Scan(&m.ID, &from, &m.Kind, &m.Body, &m.Call); err != nil {
-			return nil, fmt.Errorf("receive messages: %w", err)
-		}
-		m.From = store.ServerID(from)
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.Message])
+	if err != nil {
 		return nil, fmt.Errorf("receive messages: %w", err)
 	}
 	slices.SortFunc(out, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })

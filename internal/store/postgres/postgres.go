@@ -253,16 +253,8 @@ func (s *Store) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Namespace
-	for rows.Next() {
-		ns, err := scanNamespace(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list namespaces: %w", err)
-		}
-		out = append(out, ns)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Namespace, error) { return scanNamespace(row) })
+	if err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	return out, nil
