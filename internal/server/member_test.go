@@ -2,11 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/store"
 )
 
 // cluster starts one server per name on one fresh PostgreSQL database.
@@ -174,8 +177,12 @@ func TestClusterRefusesASecondLiveServerWithTheSameName(t *testing.T) {
 	cfg.Store, cfg.ServerName, cfg.Lease = dsn, "only", 400*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if s, err := server.Start(ctx, cfg, nil); err == nil {
+	s, err := server.Start(ctx, cfg, nil)
+	if err == nil {
 		s.Shutdown(context.Background())
 		t.Fatal("a second server named \"only\" started while the first was alive")
+	}
+	if !errors.Is(err, store.ErrNameTaken) || !strings.Contains(err.Error(), "--server-name") {
+		t.Fatalf("second server refused with %v, want the name taken and a hint to set --server-name", err)
 	}
 }
