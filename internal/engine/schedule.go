@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
@@ -243,6 +244,14 @@ func validate(r Request, maxPayload int) error {
 	}
 	if len(r.Payload) > maxPayload {
 		return fmt.Errorf("payload: %d bytes, at most %d allowed: %w", len(r.Payload), maxPayload, ErrResourceExhausted)
+	}
+	if n := len(r.Retry.NonRetryableErrorTypes); n > limit.NonRetryableTypes {
+		return fmt.Errorf("retry_policy.non_retryable_error_types: %d given, at most %d allowed: %w", n, limit.NonRetryableTypes, ErrInvalid)
+	}
+	for i, t := range r.Retry.NonRetryableErrorTypes {
+		if err := limit.Check(fmt.Sprintf("retry_policy.non_retryable_error_types[%d]", i), t, limit.FailureType); err != nil {
+			return fmt.Errorf("%w: %w", err, ErrInvalid)
+		}
 	}
 	for _, d := range []struct {
 		field string

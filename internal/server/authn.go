@@ -13,9 +13,7 @@ import (
 
 	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/namespace"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -81,21 +79,6 @@ func identityFrom(ctx context.Context) (auth.Identity, bool) {
 	return id, ok
 }
 
-// authenticate checks the bearer token in ctx against the role method needs.
-func (s *Server) authenticate(ctx context.Context, method string) (context.Context, error) {
-	need, public := auth.Required(method)
-	if public {
-		return ctx, nil
-	}
-	token := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			token = auth.BearerToken(v[0])
-		}
-	}
-	return s.admit(ctx, token, need, method)
-}
-
 func (s *Server) admit(ctx context.Context, token string, need auth.Role, what string) (context.Context, error) {
 	id, err := s.authn.Authenticate(token, time.Now())
 	if err != nil {
@@ -105,29 +88,6 @@ func (s *Server) admit(ctx context.Context, token string, need auth.Role, what s
 		return nil, status.Errorf(codes.PermissionDenied, "%s: %q has roles %v; the %s role is needed", what, id.Name, id.Roles, need)
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil
-}
-
-func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	ctx, err := s.authenticate(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-type authedStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (a authedStream) Context() context.Context { return a.ctx }
-
-func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	ctx, err := s.authenticate(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	return h(srv, authedStream{ServerStream: ss, ctx: ctx})
 }
 
 // caller returns the namespace-plane identity of the authenticated caller.

@@ -50,6 +50,11 @@ type Config struct {
 	// MaxInFlightPerNamespace caps a namespace's running attempts (more
 	// wait in their queue); 0 means no cap.
 	MaxInFlightPerNamespace int
+	// MaxReceiveMemory bounds the memory that requests still arriving may
+	// hold: each reserves room for a whole message (limit.Message) until it
+	// has arrived, one caller at most half of it. A call past it is
+	// ResourceExhausted before its body is read. Zero means 256 MiB.
+	MaxReceiveMemory int64
 	// InsecureAllowNoAuth lets a server with auth "none" listen on an
 	// address other than loopback.
 	InsecureAllowNoAuth bool
@@ -73,14 +78,15 @@ type AuthConfig struct {
 // Defaults returns the configuration `aion server` starts from.
 func Defaults() Config {
 	return Config{
-		GRPCAddr:        "127.0.0.1:50051",
-		HTTPAddr:        "127.0.0.1:8080",
-		DataDir:         ".aion",
-		AutoCreate:      namespace.Open,
-		DrainTimeout:    30 * time.Second,
-		HeartbeatWindow: 15 * time.Second,
-		SQLiteSync:      "full",
-		Lease:           10 * time.Second,
-		Auth:            AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
+		GRPCAddr:         "127.0.0.1:50051",
+		HTTPAddr:         "127.0.0.1:8080",
+		DataDir:          ".aion",
+		AutoCreate:       namespace.Open,
+		DrainTimeout:     30 * time.Second,
+		HeartbeatWindow:  15 * time.Second,
+		SQLiteSync:       "full",
+		Lease:            10 * time.Second,
+		MaxReceiveMemory: defaultReceiveMemory,
+		Auth:             AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
@@ -34,7 +35,8 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, namespace.ErrPermissionDenied):
 		return codes.PermissionDenied
 	case errors.Is(err, namespace.ErrInvalid), errors.Is(err, name.ErrInvalid),
-		errors.Is(err, registry.ErrInvalidSpec), errors.Is(err, engine.ErrInvalid), errors.Is(err, errInvalid):
+		errors.Is(err, registry.ErrInvalidSpec), errors.Is(err, engine.ErrInvalid), errors.Is(err, errInvalid),
+		errors.Is(err, limit.ErrInvalid):
 		return codes.InvalidArgument
 	case errors.Is(err, namespace.ErrUnknown), errors.Is(err, engine.ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return codes.NotFound
@@ -42,7 +44,7 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, engine.ErrAlreadyExists):
 		return codes.AlreadyExists
-	case errors.Is(err, engine.ErrResourceExhausted):
+	case errors.Is(err, engine.ErrResourceExhausted), errors.Is(err, limit.ErrTooLarge):
 		return codes.ResourceExhausted
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
 		return codes.Unavailable

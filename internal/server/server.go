@@ -25,6 +25,7 @@ import (
 	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
@@ -45,16 +46,20 @@ import (
 
 // Server is one running aion node.
 type Server struct {
-	cfg        Config
-	log        *slog.Logger
-	st         store.Store
-	minter     *namespace.Minter
-	reg        *registry.Registry
-	eng        *engine.Engine
-	bus        *events.Bus
-	metrics    *metrics.Metrics
-	authn      auth.Authenticator
-	maxPayload int
+	cfg     Config
+	log     *slog.Logger
+	st      store.Store
+	minter  *namespace.Minter
+	reg     *registry.Registry
+	eng     *engine.Engine
+	bus     *events.Bus
+	metrics *metrics.Metrics
+	authn   auth.Authenticator
+
+	// receiving bounds the requests being received at once; clientStreams
+	// names the methods whose caller sends a stream of messages.
+	receiving     *receiveBudget
+	clientStreams map[string]bool
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -122,7 +127,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		httpLis.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn), maxPayload: 2 << 20,
+	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn),
 		bus: events.New(), authn: authn, grpcLis: grpcLis, httpLis: httpLis}
 	fail := func(error) {
 		grpcLis.Close()
@@ -191,7 +196,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		Registry:                s.reg,
 		Minter:                  s.minter,
 		Defaults:                engine.DefaultDefaults(),
-		MaxPayload:              s.maxPayload,
+		MaxPayload:              limit.Payload,
 		Log:                     log,
 		Observer:                s.metrics,
 		MaxPendingPerNamespace:  cfg.MaxPendingPerNamespace,
@@ -223,10 +228,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.Info("store opened", "store", where, "open_activities", n)
 	}
 
+	s.receiving = newReceiveBudget(cfg.MaxReceiveMemory)
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(64 << 20),
-		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor(), s.unaryAuth),
-		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamAuth),
+		grpc.MaxRecvMsgSize(limit.Message),
+		grpc.MaxHeaderListSize(limit.Metadata),
+		grpc.InTapHandle(s.admitCall),
+		grpc.StatsHandler(receiveStats{}),
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	if tlsConfig != nil {
@@ -234,13 +244,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.httpLis = tls.NewListener(s.httpLis, tlsConfig)
 	}
 	s.grpc = grpc.NewServer(opts...)
-	aionv1.RegisterWorkerServiceServer(s.grpc, &workerService{s: s})
-	aionv1.RegisterActivityServiceServer(s.grpc, &activityService{s: s})
-	aionv1.RegisterNamespaceServiceServer(s.grpc, &namespaceService{s: s})
-	aionv1.RegisterClusterServiceServer(s.grpc, &clusterService{s: s})
+	register(s.grpc, &aionv1.WorkerService_ServiceDesc, &workerService{s: s})
+	register(s.grpc, &aionv1.ActivityService_ServiceDesc, &activityService{s: s})
+	register(s.grpc, &aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
+	register(s.grpc, &aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	s.clientStreams = make(map[string]bool)
+	for svc, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			s.clientStreams["/"+svc+"/"+m.Name] = m.IsClientStream
+		}
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

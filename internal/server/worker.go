@@ -12,6 +12,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -48,8 +49,14 @@ type conn struct {
 	closed bool
 	wake   chan struct{}
 
-	lastSeen      atomic.Int64 // unix nanos of the last frame received
-	leaving       atomic.Bool  // the worker announced its own drain
+	lastSeen     atomic.Int64  // unix nanos of the last frame received
+	queued, sent atomic.Int64  // frames handed to the writer, and written
+	stalled      atomic.Bool   // the writer made no progress for too long
+	stuck        chan struct{} // closed when stalled is set
+	// Kept by the sweeper alone: the sent count it saw last, and since when.
+	sweepSent     int64
+	sweepSince    time.Time
+	leaving       atomic.Bool // the worker announced its own drain
 	drainDeadline func() time.Time
 	shuttingDown  func() bool
 	kill          chan error // the sweeper or shutdown ends the stream
@@ -91,10 +98,12 @@ func (c *conn) push(m *aionv1.ServerMessage) error {
 	}
 	if len(c.out) >= maxOutbound {
 		c.mu.Unlock()
+		c.markStalled()
 		c.end(status.Errorf(codes.ResourceExhausted, "worker is not reading its stream: %d frames queued", maxOutbound))
 		return errors.New("worker stream overloaded")
 	}
 	c.out = append(c.out, m)
+	c.queued.Add(1)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -111,38 +120,45 @@ func (c *conn) end(err error) {
 	}
 }
 
-// write sends queued frames until ctx ends or a send fails.
+// write sends queued frames until ctx ends, then what is still queued (the
+// last acks of a stream), or until a send fails.
 func (c *conn) write(ctx context.Context) error {
+	defer func() {
+		c.mu.Lock()
+		c.closed = true
+		c.out = nil
+		c.mu.Unlock()
+	}()
 	var batch []*aionv1.ServerMessage
 	for {
+		last := false
 		select {
 		case <-ctx.Done():
-			return nil
+			last = true
 		case <-c.wake:
 		}
 		c.mu.Lock()
+		c.closed = c.closed || last
 		batch, c.out = c.out, batch[:0]
 		c.mu.Unlock()
 		for i, m := range batch {
 			if err := c.stream.Send(m); err != nil {
 				return err
 			}
+			c.sent.Add(1)
 			batch[i] = nil
+		}
+		if last {
+			return nil
 		}
 	}
 }
 
-// flush sends what is queued, for the last frames of a stream.
-func (c *conn) flush() {
-	c.mu.Lock()
-	c.closed = true
-	batch := c.out
-	c.out = nil
-	c.mu.Unlock()
-	for _, m := range batch {
-		if c.stream.Send(m) != nil {
-			return
-		}
+// markStalled records that the writer is stuck in Send: the worker stopped
+// reading its stream.
+func (c *conn) markStalled() {
+	if c.stalled.CompareAndSwap(false, true) {
+		close(c.stuck)
 	}
 }
 
@@ -155,6 +171,7 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		stream:        stream,
 		wake:          make(chan struct{}, 1),
 		kill:          make(chan error, 1),
+		stuck:         make(chan struct{}),
 		drainDeadline: s.drainDeadline,
 		shuttingDown:  s.shuttingDown.Load,
 	}
@@ -250,6 +267,17 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	}
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- c.write(ctx) }()
+	// stopWriter lets the writer send what is queued and waits for it,
+	// unless it is stuck in Send: that returns only once this handler has.
+	stopWriter := func() {
+		cancel()
+		select {
+		case <-writeErr:
+		case <-c.stuck:
+			s.bg.Add(1)
+			go func() { defer s.bg.Done(); <-writeErr }()
+		}
+	}
 	s.eng.WorkerJoined(w)
 
 	for {
@@ -257,15 +285,11 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		case m := <-frames:
 			c.lastSeen.Store(time.Now().UnixNano())
 			if err := s.handleFrame(c, w, m); err != nil {
-				cancel()
-				<-writeErr
-				c.flush()
+				stopWriter()
 				return err
 			}
 		case err := <-recvErr:
-			cancel()
-			<-writeErr
-			c.flush()
+			stopWriter()
 			if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
 				reason = registry.ReasonDrained
 			}
@@ -275,12 +299,10 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 			s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", err)
 			return status.Errorf(codes.Unavailable, "send to worker: %v", err)
 		case err := <-c.kill:
-			cancel()
-			<-writeErr
-			c.flush()
+			stopWriter()
 			switch code := status.Code(err); {
 			case code == codes.Unavailable && !s.shuttingDown.Load():
-				reason = registry.ReasonTimeout // the sweeper
+				reason = registry.ReasonTimeout // the sweeper: silent, or not reading
 			default:
 				reason = registry.ReasonDeregistered // shutdown, overload, expired credential
 			}
@@ -308,14 +330,14 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		var out engine.Outcome
 		switch o := r.GetOutcome().(type) {
 		case *aionv1.ActivityResult_Completed:
-			if n := len(o.Completed.GetResult()); n > s.maxPayload {
+			if n := len(o.Completed.GetResult()); n > limit.Payload {
 				out.Failure = &store.Failure{Type: "result_too_large",
-					Message: fmt.Sprintf("result is %d bytes, at most %d allowed", n, s.maxPayload)}
+					Message: fmt.Sprintf("result is %d bytes, at most %d allowed", n, limit.Payload)}
 			} else {
 				out.Completed, out.Result = true, o.Completed.GetResult()
 			}
 		case *aionv1.ActivityResult_Failed:
-			out.Failure = failureFromProto(o.Failed)
+			out.Failure = checkedFailure(o.Failed)
 		case *aionv1.ActivityResult_Canceled:
 			out.Canceled = true
 		default:
@@ -332,7 +354,12 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		if err := checkAttemptRef("activity_heartbeat", h.GetNamespace(), h.GetActivityId(), h.GetAttempt()); err != nil {
 			return err
 		}
-		refused := s.eng.Heartbeat(w, h.GetNamespace(), h.GetActivityId(), int(h.GetAttempt()), h.GetDetails())
+		var refused string
+		if err := limit.Bytes("activity_heartbeat.details", h.GetDetails(), limit.HeartbeatDetails); err != nil {
+			refused = err.Error() // recorded nowhere; the attempt's heartbeat clock is not reset
+		} else {
+			refused = s.eng.Heartbeat(w, h.GetNamespace(), h.GetActivityId(), int(h.GetAttempt()), h.GetDetails())
+		}
 		c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_HeartbeatAck{HeartbeatAck: &aionv1.HeartbeatAck{
 			Namespace: h.GetNamespace(), ActivityId: h.GetActivityId(), Attempt: h.GetAttempt(), Refused: refused,
 		}}})
@@ -341,11 +368,12 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 	case *aionv1.WorkerMessage_Drain:
 		c.leaving.Store(true)
 		s.reg.Drain(w.ID())
-		s.log.Info("worker draining", "worker", w.ID(), "reason", f.Drain.GetReason())
+		s.log.Info("worker draining", "worker", w.ID(), "reason", limit.Clip(f.Drain.GetReason(), limit.Reason))
 	case *aionv1.WorkerMessage_InterventionAck:
 		ack := f.InterventionAck
 		s.log.Info("intervention acknowledged", "worker", w.ID(), "namespace", ack.GetNamespace(), "activity", ack.GetActivityId(),
-			"attempt", ack.GetAttempt(), "intervention", ack.GetInterventionId(), "accepted", ack.GetAccepted(), "message", ack.GetMessage())
+			"attempt", ack.GetAttempt(), "intervention", limit.Clip(ack.GetInterventionId(), limit.CallID), "accepted", ack.GetAccepted(),
+			"message", limit.Clip(ack.GetMessage(), limit.Reason))
 	case *aionv1.WorkerMessage_Register:
 		return status.Error(codes.InvalidArgument, "register: sent twice; a stream registers once, as its first frame")
 	default:
@@ -403,8 +431,8 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 			return registry.Spec{}, err
 		}
 	}
-	if len(r.GetNamespaces()) == 0 {
-		return registry.Spec{}, fmt.Errorf("namespaces: at least one is required: %w", errInvalid)
+	if n := len(r.GetNamespaces()); n == 0 || n > limit.WorkerNamespaces {
+		return registry.Spec{}, fmt.Errorf("namespaces: %d given, want 1 to %d: %w", n, limit.WorkerNamespaces, errInvalid)
 	}
 	if err := name.CheckOptional("task_queue", r.GetTaskQueue(), name.MaxName); err != nil {
 		return registry.Spec{}, err
@@ -442,20 +470,43 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 		ActivityTypes: r.GetActivityTypes(),
 		Slots:         slots,
 		Capabilities:  caps,
-		Identity:      clipText(r.GetIdentity(), 256),
-		SDKVersion:    clipText(r.GetSdkVersion(), 64),
+		Identity:      limit.Clip(r.GetIdentity(), limit.Identity),
+		SDKVersion:    limit.Clip(r.GetSdkVersion(), limit.SDKVersion),
 	}, nil
 }
 
-// clipText bounds free text a worker sends about itself.
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+// checkedFailure is the failure a worker reported, or, when one of its
+// fields is over its limit, a failure of type failure_too_large saying which:
+// the attempt still ends, the oversized text is recorded nowhere.
+func checkedFailure(f *aionv1.Failure) *store.Failure {
+	for _, err := range []error{
+		limit.Check("failure.type", f.GetType(), limit.FailureType),
+		limit.Check("failure.message", f.GetMessage(), limit.FailureMessage),
+		limit.Bytes("failure.details", f.GetDetails(), limit.FailureDetails),
+	} {
+		if err != nil {
+			return &store.Failure{Type: "failure_too_large", Retryable: f.GetRetryable(),
+				Message: fmt.Sprintf("the worker's failure of type %q was not recorded: %v", limit.Clip(f.GetType(), limit.FailureType), err)}
+		}
 	}
-	return s
+	return failureFromProto(f)
 }
 
-// sweep deregisters workers silent for longer than the heartbeat window.
+// writeStall is how long frames have waited for this worker with none
+// written, as seen by the sweeper's ticks; zero while the writer keeps up.
+// Pings keep a worker's lastSeen fresh, so a worker that sends but stops
+// reading is caught here and not by silence.
+func (c *conn) writeStall(now time.Time) time.Duration {
+	sent := c.sent.Load()
+	if c.queued.Load() == sent || sent != c.sweepSent || c.sweepSince.IsZero() {
+		c.sweepSent, c.sweepSince = sent, now
+		return 0
+	}
+	return now.Sub(c.sweepSince)
+}
+
+// sweep deregisters, with reason timeout, workers silent for longer than the
+// heartbeat window and workers that have not read their stream for half of it.
 func (s *Server) sweep(ctx context.Context) {
 	defer s.bg.Done()
 	window := s.cfg.HeartbeatWindow
@@ -471,6 +522,10 @@ func (s *Server) sweep(ctx context.Context) {
 				if silent := now.Sub(time.Unix(0, c.lastSeen.Load())); silent > window {
 					c.end(status.Errorf(codes.Unavailable, "worker %v sent nothing for %v, over its heartbeat window of %v",
 						id, silent.Round(time.Millisecond), window))
+				} else if stuck := c.writeStall(now); stuck > window/2 {
+					c.markStalled()
+					c.end(status.Errorf(codes.Unavailable, "worker %v read nothing from its stream for %v with frames waiting, over half its heartbeat window of %v",
+						id, stuck.Round(time.Millisecond), window))
 				}
 			}
 			s.connsMu.Unlock()

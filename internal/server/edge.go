@@ -1,0 +1,257 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/aion-run/aion/internal/auth"
+	"github.com/aion-run/aion/internal/limit"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// The gRPC edge admits a call in two steps before any of its body is read:
+// the bearer token is checked in the transport's tap (so a caller without a
+// valid credential never makes the server buffer or decode a message), and
+// the call reserves room in the receive budget, given back as soon as its
+// request has arrived. A message is at most limit.Message bytes, so the
+// budget bounds the memory that all requests being received can hold.
+
+// anonymous is the budget account of calls to public methods (health).
+const anonymous = "(anonymous)"
+
+// receiveBudget counts calls whose request is still arriving, each reserving
+// room for a whole message: at most total at once, at most perCaller of them
+// for one caller, so one caller cannot take all of it.
+type receiveBudget struct {
+	mu        sync.Mutex
+	total     int
+	perCaller int
+	used      int
+	byCaller  map[string]int
+}
+
+// defaultReceiveMemory is the receive budget when none is configured: 32
+// messages of the largest size arriving at once.
+const defaultReceiveMemory = 32 * limit.Message
+
+func newReceiveBudget(bytes int64) *receiveBudget {
+	if bytes <= 0 {
+		bytes = defaultReceiveMemory
+	}
+	total := max(int(bytes/limit.Message), 2)
+	return &receiveBudget{total: total, perCaller: max(total/2, 1), byCaller: make(map[string]int)}
+}
+
+// take reserves room for one message for caller; release gives it back and
+// may be called more than once.
+func (b *receiveBudget) take(caller string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.used >= b.total:
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"the server is receiving %d requests of up to %d bytes at once, its limit (--max-receive-memory); retry", b.used, limit.Message)
+	case b.byCaller[caller] >= b.perCaller:
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"%q is sending %d requests at once, at most %d may be arriving together; retry", caller, b.byCaller[caller], b.perCaller)
+	}
+	b.used++
+	b.byCaller[caller]++
+	var done atomic.Bool
+	return func() {
+		if !done.CompareAndSwap(false, true) {
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.used--
+		if b.byCaller[caller]--; b.byCaller[caller] == 0 {
+			delete(b.byCaller, caller)
+		}
+	}, nil
+}
+
+type releaseKey struct{}
+
+// reservation is a call's room in the receive budget; untilEnd keeps it for
+// the whole call (a public stream whose messages keep arriving).
+type reservation struct {
+	release  func()
+	untilEnd bool
+}
+
+// admitCall is the transport tap: it runs when a call's headers arrive,
+// before its body is read, on the connection's reading goroutine, so it
+// must not block.
+func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	method := info.FullMethodName
+	need, public := auth.Required(method)
+	caller := anonymous
+	if !public {
+		token := ""
+		if v := info.Header.Get("authorization"); len(v) > 0 {
+			token = auth.BearerToken(v[0])
+		}
+		if len(token) > limit.Token {
+			return nil, status.Errorf(codes.Unauthenticated, "%s: the bearer token is %d bytes, at most %d allowed", method, len(token), limit.Token)
+		}
+		var err error
+		if ctx, err = s.admit(ctx, token, need, method); err != nil {
+			return nil, err
+		}
+		id, _ := identityFrom(ctx)
+		caller = id.Name
+	}
+	clientStream := s.clientStreams[method]
+	if clientStream && !public {
+		return ctx, nil // a worker stream: one frame at a time, from an authenticated worker
+	}
+	release, err := s.receiving.take(caller)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream}), nil
+}
+
+// receiveStats gives a call's reservation back once its request has
+// arrived, or when the call ends (whichever is first).
+type receiveStats struct{}
+
+func (receiveStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (receiveStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (receiveStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (receiveStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	r, ok := ctx.Value(releaseKey{}).(*reservation)
+	if !ok {
+		return
+	}
+	switch st.(type) {
+	case *stats.InPayload:
+		if !r.untilEnd {
+			r.release()
+		}
+	case *stats.End:
+		r.release()
+	}
+}
+
+// malformed marks a message that did not decode; grpc wraps a codec's error
+// as Internal, and the edge turns it back into InvalidArgument.
+const malformed = "malformed message: "
+
+// codec decodes like the standard protobuf codec, but says which field of
+// a malformed message is wrong.
+type codec struct{ encoding.CodecV2 }
+
+func newCodec() codec { return codec{encoding.GetCodecV2("proto")} }
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return err
+	}
+	buf := data.Materialize()
+	if path := badField(m.ProtoReflect().Descriptor(), buf, ""); path != "" {
+		return fmt.Errorf("%s%s: not valid UTF-8", malformed, path)
+	}
+	return fmt.Errorf("%s%s does not decode: %v", malformed, m.ProtoReflect().Descriptor().Name(), err)
+}
+
+// badField finds the first string field of msg, at any depth, whose bytes
+// in b are not valid UTF-8, and names it (e.g. "register.identity").
+func badField(msg protoreflect.MessageDescriptor, b []byte, prefix string) string {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := msg.Fields().ByNumber(num)
+		if typ != protowire.BytesType || fd == nil {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		path := prefix + string(fd.Name())
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			if !utf8.Valid(v) {
+				return path
+			}
+		case protoreflect.MessageKind:
+			if fd.IsMap() {
+				continue
+			}
+			if p := badField(fd.Message(), v, path+"."); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// decodeStatus turns grpc's Internal for a message that did not decode into
+// InvalidArgument, keeping the codec's description.
+func decodeStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Internal {
+		return err
+	}
+	i := strings.Index(st.Message(), malformed)
+	if i < 0 {
+		return err
+	}
+	return status.Error(codes.InvalidArgument, st.Message()[i:])
+}
+
+// decodingStream reports a frame that did not decode as InvalidArgument.
+type decodingStream struct{ grpc.ServerStream }
+
+func (d decodingStream) RecvMsg(m any) error { return decodeStatus(d.ServerStream.RecvMsg(m)) }
+
+func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, decodingStream{ss})
+}
+
+// register serves impl under desc, with each unary method reporting a
+// request that did not decode as InvalidArgument (the request is decoded
+// before any interceptor runs).
+func register(g *grpc.Server, desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		h := m.Handler
+		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return h(srv, ctx, func(v any) error { return decodeStatus(dec(v)) }, ic)
+		}
+		d.Methods[i] = m
+	}
+	g.RegisterService(&d, impl)
+}
