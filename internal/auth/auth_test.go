@@ -315,9 +315,9 @@ func TestJWTIssuerAndAudienceAreChecked(t *testing.T) {
 	}
 }
 
-// TestOversizedTokensAreRefusedBeforeDecoding presents a 1.4 MB credential
-// to every authenticator: a validly signed JWT whose claims list 100,000
-// namespaces, and an API key whose configured secret is that long. Each is
+// TestOversizedTokensAreRefusedBeforeDecoding presents credentials of over a
+// megabyte to every authenticator: a validly signed JWT whose claims list
+// 100,000 namespaces, and a 1.4 MB API key that is configured. Each is
 // refused for its size, naming the size and the limit, not for its content.
 func TestOversizedTokensAreRefusedBeforeDecoding(t *testing.T) {
 	t.Parallel()

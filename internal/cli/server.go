@@ -204,6 +204,10 @@ namespace. Do not expose it beyond your machine.`
 		log.Info("aion starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "data_dir", cfg.DataDir,
 			"auto_create", cfg.AutoCreate, "sqlite_sync", cfg.SQLiteSync, "drain_timeout", cfg.DrainTimeout,
 			"heartbeat_window", cfg.HeartbeatWindow, "dev", cfg.Dev)
+		if cfg.Auth.Mode == "jwt" && (cfg.Auth.JWTIssuer == "" || cfg.Auth.JWTAudience == "") {
+			log.Warn("--auth jwt without --jwt-issuer and --jwt-audience: any token the key signs is accepted, "+
+				"including one the identity provider issued for another service", "jwt_issuer", cfg.Auth.JWTIssuer, "jwt_audience", cfg.Auth.JWTAudience)
+		}
 		return a.runServer(ctx, cfg, log)
 	}
 	return cmd

@@ -141,6 +141,14 @@ func TestQueryTokenIsRefusedOutsideTheEventStream(t *testing.T) {
 	if code, _ := firstSSELine(t, base+"/api/v1/events?access_token=no-such-key", ""); code != 401 {
 		t.Fatalf("event stream with an unknown query token: %d, want 401", code)
 	}
+
+	// The rule is the same with auth none, so a client built against a
+	// development server does not break against a production one.
+	open := setup(t)
+	if code, body := httpCall(t, "POST", "http://"+open.srv.HTTPAddr()+"/api/v1/activities?access_token=x", "", schedule); code != 401 ||
+		!strings.Contains(body, "Authorization") {
+		t.Errorf("query token with auth none: %d %s, want 401", code, body)
+	}
 }
 
 // TestMetricsNeedAReaderOrAdminWhenAuthIsOn: /metrics names every
