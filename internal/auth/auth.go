@@ -17,6 +17,24 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 )
 
+// MaxTokenBytes bounds a bearer token. Every Authenticator refuses a longer
+// one before decoding or hashing any of it, so an oversized credential costs
+// the server no more than its length check. 16 KiB holds an RS256 JWT
+// signed with a 4096-bit key (683 bytes of signature) whose claims list
+// about 300 namespaces of 32 bytes (or 80 of the longest allowed, 128
+// bytes) besides the usual IdP claims; tokens larger than that do not
+// pass common proxies either (nginx refuses header lines over 8 KiB by
+// default). Callers that need more namespaces use the "*" grant.
+const MaxTokenBytes = 16 << 10
+
+// checkSize refuses a token longer than MaxTokenBytes.
+func checkSize(token string) error {
+	if len(token) > MaxTokenBytes {
+		return fmt.Errorf("bearer token of %d bytes is over the %d-byte limit: %w", len(token), MaxTokenBytes, ErrUnauthenticated)
+	}
+	return nil
+}
+
 // Errors callers branch on.
 var (
 	// ErrUnauthenticated: no credential, or one that is not valid.
@@ -35,6 +53,11 @@ const (
 	// RoleClient may schedule, read, wait for, cancel and intervene in
 	// activities, and read namespaces.
 	RoleClient Role = "client"
+	// RoleReader may only read: get, list and wait for activities, read
+	// namespaces and list the workers of its namespaces. With the "*"
+	// namespace grant it may also watch the cluster and read /metrics, which
+	// show every namespace. It changes nothing.
+	RoleReader Role = "reader"
 	// RoleAdmin may do everything, including creating namespaces, changing
 	// placement, listing and draining workers and watching the cluster.
 	RoleAdmin Role = "admin"
@@ -43,10 +66,10 @@ const (
 // ParseRole reads a role name.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleWorker, RoleClient, RoleAdmin:
+	case RoleWorker, RoleClient, RoleReader, RoleAdmin:
 		return r, nil
 	}
-	return "", fmt.Errorf("role %q: want worker, client or admin", s)
+	return "", fmt.Errorf("role %q: want worker, client, reader or admin", s)
 }
 
 // Identity is an authenticated caller.
@@ -73,17 +96,22 @@ func (id Identity) Caller() namespace.Identity {
 	return namespace.NewIdentity(id.Name, id.Namespaces...)
 }
 
-// Authenticator turns a bearer token into an identity.
+// Authenticator turns a bearer token into an identity. Every implementation
+// refuses a token over MaxTokenBytes before reading it.
 type Authenticator interface {
 	Authenticate(token string, now time.Time) (Identity, error)
 }
 
 // Anonymous is the authenticator of a server with authentication off: every
-// caller is an admin granted every namespace.
+// caller is an admin granted every namespace. A token is not needed, but
+// one over MaxTokenBytes is still refused, as by every authenticator.
 type Anonymous struct{}
 
 // Authenticate implements Authenticator.
-func (Anonymous) Authenticate(string, time.Time) (Identity, error) {
+func (Anonymous) Authenticate(token string, _ time.Time) (Identity, error) {
+	if err := checkSize(token); err != nil {
+		return Identity{}, err
+	}
 	return Identity{Name: "anonymous", AllNamespaces: true, Roles: []Role{RoleAdmin}}, nil
 }
 
@@ -119,7 +147,7 @@ func NewKeys(keys []APIKey) (*Keys, error) {
 			return nil, fmt.Errorf("tokens[%d] (%s).sha256: want 64 hex digits (aion token hash prints it)", i, key.Name)
 		}
 		if len(key.Roles) == 0 {
-			return nil, fmt.Errorf("tokens[%d] (%s).roles: at least one of worker, client, admin", i, key.Name)
+			return nil, fmt.Errorf("tokens[%d] (%s).roles: at least one of worker, client, reader, admin", i, key.Name)
 		}
 		if len(key.Namespaces) == 0 {
 			return nil, fmt.Errorf("tokens[%d] (%s).namespaces: at least one, or \"*\"", i, key.Name)
@@ -146,6 +174,9 @@ func NewKeys(keys []APIKey) (*Keys, error) {
 func (k *Keys) Authenticate(token string, _ time.Time) (Identity, error) {
 	if token == "" {
 		return Identity{}, fmt.Errorf("no bearer token: %w", ErrUnauthenticated)
+	}
+	if err := checkSize(token); err != nil {
+		return Identity{}, err
 	}
 	// The lookup is on a hash of the secret, so its timing tells an
 	// attacker nothing about any configured secret.

@@ -9,14 +9,20 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	_ "github.com/aion-run/aion/gen/aion/v1" // registers the schema TestEveryRPCHasARole reads
 	"github.com/aion-run/aion/internal/auth"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 func TestAPIKeys(t *testing.T) {
@@ -149,24 +155,226 @@ func TestJWTRS256FromJWKS(t *testing.T) {
 	}
 }
 
+// TestEveryRPCHasARole checks who may call every method of every aion.v1
+// service, read from the compiled schema: a method added to the schema and
+// not to this table fails here, and until it is added to the policy it
+// needs admin.
 func TestEveryRPCHasARole(t *testing.T) {
 	t.Parallel()
-	cases := map[string]struct {
-		role   auth.Role
-		public bool
-	}{
-		"/aion.v1.WorkerService/Connect":                            {auth.RoleWorker, false},
-		"/aion.v1.ActivityService/Schedule":                         {auth.RoleClient, false},
-		"/aion.v1.NamespaceService/SetPlacement":                    {auth.RoleAdmin, false},
-		"/aion.v1.ClusterService/Watch":                             {auth.RoleAdmin, false},
-		"/grpc.health.v1.Health/Check":                              {"", true},
-		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": {"", true},
-		"/aion.v1.ActivityService/SomethingNew":                     {auth.RoleAdmin, false},
+	callers := map[string]auth.Identity{
+		"worker":     {Name: "w", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleWorker}},
+		"client":     {Name: "c", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleClient}},
+		"reader":     {Name: "r", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleReader}},
+		"reader-all": {Name: "r*", AllNamespaces: true, Roles: []auth.Role{auth.RoleReader}},
+		"admin":      {Name: "o", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleAdmin}},
+		"nobody":     {Name: "n", AllNamespaces: true},
 	}
-	for m, want := range cases {
-		role, public := auth.Required(m)
-		if role != want.role || public != want.public {
-			t.Errorf("%s: role %q public %v, want %q %v", m, role, public, want.role, want.public)
+	const all = "worker client reader reader-all admin nobody"
+	want := map[string]string{
+		"/aion.v1.WorkerService/Connect":                            "worker admin",
+		"/aion.v1.ActivityService/Schedule":                         "client admin",
+		"/aion.v1.ActivityService/ScheduleBatch":                    "client admin",
+		"/aion.v1.ActivityService/Get":                              "client reader reader-all admin",
+		"/aion.v1.ActivityService/Wait":                             "client reader reader-all admin",
+		"/aion.v1.ActivityService/Cancel":                           "client admin",
+		"/aion.v1.ActivityService/List":                             "client reader reader-all admin",
+		"/aion.v1.ActivityService/Intervene":                        "client admin",
+		"/aion.v1.NamespaceService/Get":                             "client reader reader-all admin",
+		"/aion.v1.NamespaceService/List":                            "client reader reader-all admin",
+		"/aion.v1.NamespaceService/Create":                          "admin",
+		"/aion.v1.NamespaceService/SetPlacement":                    "admin",
+		"/aion.v1.ClusterService/ListWorkers":                       "reader reader-all admin",
+		"/aion.v1.ClusterService/DrainWorker":                       "admin",
+		"/aion.v1.ClusterService/Watch":                             "reader-all admin",
+		auth.MetricsMethod:                                          "reader-all admin",
+		"/aion.v1.ActivityService/SomethingNew":                     "admin",
+		"/grpc.health.v1.Health/Check":                              all,
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": all,
+	}
+	var inSchema []string
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if fd.Package() != "aion.v1" {
+			return true
+		}
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				inSchema = append(inSchema, fmt.Sprintf("/%s/%s", sd.FullName(), sd.Methods().Get(j).Name()))
+			}
+		}
+		return true
+	})
+	if len(inSchema) < 15 {
+		t.Fatalf("found only %d aion.v1 methods in the schema: %v", len(inSchema), inSchema)
+	}
+	for _, m := range inSchema {
+		if _, ok := want[m]; !ok {
+			t.Errorf("%s is in the schema but not in this test: decide who may call it, in policy.go and here", m)
+		}
+	}
+	for m, allowed := range want {
+		for name, id := range callers {
+			err := auth.Authorize(id, m)
+			if got, exp := err == nil, slices.Contains(strings.Fields(allowed), name); got != exp {
+				t.Errorf("%s by %s: allowed %v (%v), want %v", m, name, got, err, exp)
+			}
+			if err != nil && !errors.Is(err, auth.ErrForbidden) {
+				t.Errorf("%s by %s: %v, want ErrForbidden", m, name, err)
+			}
+		}
+	}
+	if public := auth.Public("/grpc.health.v1.Health/Check"); !public {
+		t.Error("health check is not public")
+	}
+	if auth.Public("/aion.v1.ActivityService/Get") {
+		t.Error("ActivityService/Get is public")
+	}
+}
+
+func TestRefusalNamesTheRolesThatWouldBeAllowed(t *testing.T) {
+	t.Parallel()
+	scoped := auth.Identity{Name: "dash", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleReader}}
+	err := auth.Authorize(scoped, "/aion.v1.ClusterService/Watch")
+	if err == nil || !strings.Contains(err.Error(), `reader (with namespaces "*"`) || !strings.Contains(err.Error(), "admin") ||
+		!strings.Contains(err.Error(), `"dash" has roles [reader]`) {
+		t.Fatalf("scoped reader watching: %v", err)
+	}
+	err = auth.Authorize(scoped, "/aion.v1.ActivityService/Schedule")
+	if err == nil || !strings.Contains(err.Error(), "one of the roles client, admin is needed") {
+		t.Fatalf("reader scheduling: %v", err)
+	}
+}
+
+func TestParseRoleKnowsTheReaderRole(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"worker", "client", "reader", "admin"} {
+		if r, err := auth.ParseRole(name); err != nil || string(r) != name {
+			t.Errorf("ParseRole(%q) = %q, %v", name, r, err)
+		}
+	}
+	_, err := auth.ParseRole("viewer")
+	if err == nil || !strings.Contains(err.Error(), `"viewer"`) || !strings.Contains(err.Error(), "reader") {
+		t.Fatalf("ParseRole(viewer): %v, want an error naming the value and listing reader", err)
+	}
+	if _, err := auth.NewKeys([]auth.APIKey{{Name: "dash", SHA256: auth.HashSecret("x"), Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleReader}}}); err != nil {
+		t.Fatalf("a reader key: %v", err)
+	}
+}
+
+func hs256(secret []byte) func([]byte) []byte {
+	return func(b []byte) []byte { m := hmac.New(sha256.New, secret); m.Write(b); return m.Sum(nil) }
+}
+
+func TestJWTIssuerAndAudienceAreChecked(t *testing.T) {
+	t.Parallel()
+	secret := []byte(strings.Repeat("k", 32))
+	now := time.Now()
+	claims := func(extra map[string]any) map[string]any {
+		c := map[string]any{"sub": "svc", "namespaces": []string{"a"}, "roles": []string{"client"}, "exp": now.Add(time.Hour).Unix()}
+		maps.Copy(c, extra)
+		return c
+	}
+	tok := func(extra map[string]any) string {
+		return sign(t, map[string]any{"alg": "HS256"}, claims(extra), hs256(secret))
+	}
+	strict, err := auth.NewHS256(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict.Issuer, strict.Audience = "https://idp.example", "aion"
+	lax, _ := auth.NewHS256(secret)
+
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		// refusal is what the strict authenticator's error names; empty
+		// means accepted.
+		refusal string
+	}{
+		{"aud string", map[string]any{"iss": "https://idp.example", "aud": "aion"}, ""},
+		{"aud list", map[string]any{"iss": "https://idp.example", "aud": []string{"billing", "aion"}}, ""},
+		{"other audience", map[string]any{"iss": "https://idp.example", "aud": "billing"}, `claim aud ["billing"]: does not contain "aion"`},
+		{"other audiences", map[string]any{"iss": "https://idp.example", "aud": []string{"billing", "crm"}}, `claim aud ["billing" "crm"]: does not contain "aion"`},
+		{"no audience", map[string]any{"iss": "https://idp.example"}, `claim aud: missing, want "aion"`},
+		{"aud not a string", map[string]any{"iss": "https://idp.example", "aud": 7}, "aud: want a string or a list of strings, got 7"},
+		{"other issuer", map[string]any{"iss": "https://evil.example", "aud": "aion"}, `claim iss "https://evil.example": want "https://idp.example"`},
+		{"no issuer", map[string]any{"aud": "aion"}, `claim iss: missing, want "https://idp.example"`},
+	} {
+		_, err := strict.Authenticate(tok(tc.extra), now)
+		switch {
+		case tc.refusal == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.refusal != "" && (!errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), tc.refusal)):
+			t.Errorf("%s: %v, want Unauthenticated naming %s", tc.name, err, tc.refusal)
+		}
+		// Without an expected issuer and audience, the claims are not
+		// checked (only their shape): tokens of before stay valid.
+		if _, err := lax.Authenticate(tok(tc.extra), now); err != nil && tc.name != "aud not a string" {
+			t.Errorf("%s without expectations: %v", tc.name, err)
+		}
+	}
+}
+
+// TestOversizedTokensAreRefusedBeforeDecoding presents credentials of over a
+// megabyte to every authenticator: a validly signed JWT whose claims list
+// 100,000 namespaces, and a 1.4 MB API key that is configured. Each is
+// refused for its size, naming the size and the limit, not for its content.
+func TestOversizedTokensAreRefusedBeforeDecoding(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	secret := []byte(strings.Repeat("k", 32))
+	j, err := auth.NewHS256(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nss := make([]string, 100_000)
+	for i := range nss {
+		nss[i] = fmt.Sprintf("ns-%07d", i)
+	}
+	huge := sign(t, map[string]any{"alg": "HS256"}, map[string]any{"sub": "big", "namespaces": nss, "roles": []string{"admin"},
+		"exp": now.Add(time.Hour).Unix()}, hs256(secret))
+	hugeKey := strings.Repeat("s", 1_400_000)
+	keys, err := auth.NewKeys([]auth.APIKey{{Name: "big", SHA256: auth.HashSecret(hugeKey), Namespaces: []string{"*"}, Roles: []auth.Role{auth.RoleAdmin}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	justFits := sign(t, map[string]any{"alg": "HS256"}, map[string]any{"sub": "fits", "namespaces": nss[:700], "roles": []string{"client"},
+		"exp": now.Add(time.Hour).Unix()}, hs256(secret))
+	if len(justFits) <= 8<<10 || len(justFits) > auth.MaxTokenBytes {
+		t.Fatalf("the token meant to fit is %d bytes; adjust the test", len(justFits))
+	}
+	if _, err := j.Authenticate(justFits, now); err != nil {
+		t.Fatalf("a %d-byte JWT listing 700 namespaces: %v", len(justFits), err)
+	}
+	for _, tc := range []struct {
+		name  string
+		authn auth.Authenticator
+		token string
+	}{
+		{"jwt", j, huge},
+		{"keys", keys, hugeKey},
+		{"anonymous", auth.Anonymous{}, hugeKey},
+		{"jwt, one byte over", j, strings.Repeat("x", auth.MaxTokenBytes+1)},
+	} {
+		_, err := tc.authn.Authenticate(tc.token, now)
+		want := fmt.Sprintf("bearer token of %d bytes is over the %d-byte limit", len(tc.token), auth.MaxTokenBytes)
+		if !errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want Unauthenticated: %s", tc.name, err, want)
+		}
+	}
+}
+
+// BenchmarkOversizedJWTRefusal measures refusing a 1.4 MB JWT-shaped token
+// (a real header, a huge claims segment, a wrong signature).
+func BenchmarkOversizedJWTRefusal(b *testing.B) {
+	j, _ := auth.NewHS256([]byte(strings.Repeat("k", 32)))
+	token := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256"}`)) + "." + strings.Repeat("x", 1_400_000) + "." +
+		base64.RawURLEncoding.EncodeToString(make([]byte, 32))
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := j.Authenticate(token, now); err == nil {
+			b.Fatal("accepted")
 		}
 	}
 }

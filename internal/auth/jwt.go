@@ -10,18 +10,28 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
 
 // JWT authenticates JSON Web Tokens signed with HS256 (a shared secret) or
 // RS256 (RSA keys from a JWKS document). Tokens carry the claims sub (the
-// caller's name), namespaces (a list, or ["*"]), roles and exp (required).
+// caller's name), namespaces (a list, or ["*"]), roles and exp (required),
+// and nbf, iss and aud (checked when present or configured).
 type JWT struct {
 	secret []byte
 	keys   map[string]*rsa.PublicKey // by kid; "" when the JWKS has one key without a kid
 	// Leeway tolerates clock skew on exp and nbf.
 	Leeway time.Duration
+	// Issuer, when set, is the only iss accepted: a token without it or
+	// with another is refused. Set it when the identity provider signs
+	// tokens for other services too.
+	Issuer string
+	// Audience, when set, must be among the token's aud (a string or a
+	// list, RFC 7519 section 4.1.3): a token meant for another service of
+	// the same identity provider is refused.
+	Audience string
 }
 
 // NewHS256 returns a JWT authenticator for tokens signed with secret.
@@ -84,6 +94,33 @@ type jwtClaims struct {
 	Roles      []string `json:"roles"`
 	Exp        *int64   `json:"exp"`
 	Nbf        *int64   `json:"nbf"`
+	Iss        *string  `json:"iss"`
+	Aud        audience `json:"aud"`
+}
+
+// audience is the aud claim: one string or a list of them (RFC 7519).
+type audience []string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = audience{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("aud: want a string or a list of strings, got %s", clip(b))
+	}
+	*a = many
+	return nil
+}
+
+// clip shortens raw claim text quoted in an error.
+func clip(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
 }
 
 // Authenticate implements Authenticator.
@@ -93,6 +130,9 @@ func (j *JWT) Authenticate(token string, now time.Time) (Identity, error) {
 	}
 	if token == "" {
 		return fail("no bearer token")
+	}
+	if err := checkSize(token); err != nil {
+		return Identity{}, fmt.Errorf("jwt: %w", err)
 	}
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
@@ -148,6 +188,20 @@ func (j *JWT) Authenticate(token string, now time.Time) (Identity, error) {
 	}
 	if c.Nbf != nil && now.Add(j.Leeway).Before(time.Unix(*c.Nbf, 0)) {
 		return fail("token of %q not valid before %s", c.Sub, time.Unix(*c.Nbf, 0).UTC().Format(time.RFC3339))
+	}
+	if j.Issuer != "" {
+		switch {
+		case c.Iss == nil:
+			return fail("token of %q: claim iss: missing, want %q", c.Sub, j.Issuer)
+		case *c.Iss != j.Issuer:
+			return fail("token of %q: claim iss %q: want %q", c.Sub, *c.Iss, j.Issuer)
+		}
+	}
+	if j.Audience != "" && !slices.Contains(c.Aud, j.Audience) {
+		if c.Aud == nil {
+			return fail("token of %q: claim aud: missing, want %q", c.Sub, j.Audience)
+		}
+		return fail("token of %q: claim aud %q: does not contain %q", c.Sub, []string(c.Aud), j.Audience)
 	}
 	id := Identity{Name: c.Sub, Expires: exp}
 	for _, r := range c.Roles {

@@ -34,6 +34,8 @@ type serverFlags struct {
 	auth            string
 	jwtSecretFile   string
 	jwksFile        string
+	jwtIssuer       string
+	jwtAudience     string
 	expiryGrace     time.Duration
 	tlsCert         string
 	tlsKey          string
@@ -51,7 +53,8 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
 	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
-	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile, ExpiryGrace: f.expiryGrace}
+	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile,
+		JWTIssuer: f.jwtIssuer, JWTAudience: f.jwtAudience, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
@@ -143,6 +146,11 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "jwt-secret-file", "AION_JWT_SECRET_FILE")
 	fl.StringVar(&f.jwksFile, "jwks-file", "", "JWKS file with the RS256 public keys for --auth jwt")
 	bindEnv(fl, "jwks-file", "AION_JWKS_FILE")
+	fl.StringVar(&f.jwtIssuer, "jwt-issuer", "", "with --auth jwt, accept only tokens whose iss claim is this (empty: iss not checked)")
+	bindEnv(fl, "jwt-issuer", "AION_JWT_ISSUER")
+	fl.StringVar(&f.jwtAudience, "jwt-audience", "", "with --auth jwt, accept only tokens whose aud claim contains this (empty: aud not checked); "+
+		"set it and --jwt-issuer when the identity provider also issues tokens for other services")
+	bindEnv(fl, "jwt-audience", "AION_JWT_AUDIENCE")
 	fl.DurationVar(&f.expiryGrace, "token-expiry-grace", defaults.Auth.ExpiryGrace, "how long a worker stream outlives its credential's expiry")
 	bindEnv(fl, "token-expiry-grace", "AION_TOKEN_EXPIRY_GRACE")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve gRPC and HTTP over TLS (with --tls-key)")
@@ -196,6 +204,10 @@ namespace. Do not expose it beyond your machine.`
 		log.Info("aion starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "data_dir", cfg.DataDir,
 			"auto_create", cfg.AutoCreate, "sqlite_sync", cfg.SQLiteSync, "drain_timeout", cfg.DrainTimeout,
 			"heartbeat_window", cfg.HeartbeatWindow, "dev", cfg.Dev)
+		if cfg.Auth.Mode == "jwt" && (cfg.Auth.JWTIssuer == "" || cfg.Auth.JWTAudience == "") {
+			log.Warn("--auth jwt without --jwt-issuer and --jwt-audience: any token the key signs is accepted, "+
+				"including one the identity provider issued for another service", "jwt_issuer", cfg.Auth.JWTIssuer, "jwt_audience", cfg.Auth.JWTAudience)
+		}
 		return a.runServer(ctx, cfg, log)
 	}
 	return cmd

@@ -29,7 +29,8 @@ func (a *app) tokenCommand() *cobra.Command {
 		Long: `new prints a fresh random key (give it to the caller; it is not stored
 anywhere) and the [[tokens]] table to paste into the server's config file.`,
 		Example: `  aion token new --name tenant-a-worker --namespaces tenant-a --roles worker
-  aion token new --name ops --namespaces '*' --roles admin`,
+  aion token new --name ops --namespaces '*' --roles admin
+  aion token new --name prometheus --namespaces '*' --roles reader`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if name == "" {
@@ -63,7 +64,7 @@ anywhere) and the [[tokens]] table to paste into the server's config file.`,
 	}
 	newCmd.Flags().StringVar(&name, "name", "", "who the key is for (shown in logs and errors)")
 	newCmd.Flags().StringVar(&namespaces, "namespaces", "", "comma-separated namespaces the key grants, or '*' for all")
-	newCmd.Flags().StringVar(&roles, "roles", "client", "comma-separated roles: worker, client, admin")
+	newCmd.Flags().StringVar(&roles, "roles", "client", "comma-separated roles: worker, client, reader (read-only), admin")
 	hashCmd := &cobra.Command{
 		Use:     "hash",
 		Short:   "Print the SHA-256 of a key read from standard input",

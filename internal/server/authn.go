@@ -28,19 +28,27 @@ func newAuthenticator(cfg AuthConfig) (auth.Authenticator, error) {
 		}
 		return auth.NewKeys(cfg.Keys)
 	case "jwt":
+		var j *auth.JWT
+		var err error
 		switch {
 		case cfg.JWTSecretFile != "" && cfg.JWKSFile != "":
 			return nil, errors.New("auth jwt: set either a secret file (HS256) or a JWKS file (RS256), not both")
 		case cfg.JWTSecretFile != "":
-			secret, err := os.ReadFile(cfg.JWTSecretFile)
-			if err != nil {
-				return nil, fmt.Errorf("auth jwt: %w", err)
+			secret, rerr := os.ReadFile(cfg.JWTSecretFile)
+			if rerr != nil {
+				return nil, fmt.Errorf("auth jwt: %w", rerr)
 			}
-			return auth.NewHS256([]byte(strings.TrimSpace(string(secret))))
+			j, err = auth.NewHS256([]byte(strings.TrimSpace(string(secret))))
 		case cfg.JWKSFile != "":
-			return auth.NewRS256FromJWKS(cfg.JWKSFile)
+			j, err = auth.NewRS256FromJWKS(cfg.JWKSFile)
+		default:
+			return nil, errors.New("auth jwt: needs a secret file (HS256) or a JWKS file (RS256)")
 		}
-		return nil, errors.New("auth jwt: needs a secret file (HS256) or a JWKS file (RS256)")
+		if err != nil {
+			return nil, err
+		}
+		j.Issuer, j.Audience = cfg.JWTIssuer, cfg.JWTAudience
+		return j, nil
 	}
 	return nil, fmt.Errorf("auth %q: want none, token or jwt", cfg.Mode)
 }
@@ -79,13 +87,15 @@ func identityFrom(ctx context.Context) (auth.Identity, bool) {
 	return id, ok
 }
 
-func (s *Server) admit(ctx context.Context, token string, need auth.Role, what string) (context.Context, error) {
+// admit authenticates token and authorizes it for method; what names the
+// call in errors.
+func (s *Server) admit(ctx context.Context, token, method, what string) (context.Context, error) {
 	id, err := s.authn.Authenticate(token, time.Now())
 	if err != nil {
 		return nil, status.Errorf(codes.Unauthenticated, "%s: %v", what, err)
 	}
-	if !id.Has(need) {
-		return nil, status.Errorf(codes.PermissionDenied, "%s: %q has roles %v; the %s role is needed", what, id.Name, id.Roles, need)
+	if err := auth.Authorize(id, method); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "%s: %v", what, err)
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil
 }
@@ -98,26 +108,51 @@ func (s *Server) caller(ctx context.Context) namespace.Identity {
 	return namespace.Identity{Name: "unauthenticated"} // grants nothing
 }
 
-// httpRoles maps JSON API routes to the gRPC method whose role they need.
+// eventsPath is the one route that may take its token from the query
+// string: browsers' EventSource cannot set an Authorization header.
+const eventsPath = "/api/v1/events"
+
+// httpMethod maps an HTTP request to the gRPC method (or auth.MetricsMethod)
+// whose authorization it needs; "" for routes open to anyone (health, the
+// console's files). A route under /api/ that is not listed needs admin.
 func httpMethod(r *http.Request) string {
-	p := r.URL.Path
+	p, get := r.URL.Path, r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
-	case strings.HasPrefix(p, "/api/v1/events"):
+	case p == "/metrics":
+		return auth.MetricsMethod
+	case p == eventsPath:
 		return "/aion.v1.ClusterService/Watch"
-	case strings.HasPrefix(p, "/api/v1/workers"):
+	case p == "/api/v1/workers" && get:
 		return "/aion.v1.ClusterService/ListWorkers"
-	case strings.HasPrefix(p, "/api/v1/namespaces"):
-		if r.Method == http.MethodGet {
-			return "/aion.v1.NamespaceService/List"
-		}
+	case strings.HasPrefix(p, "/api/v1/workers/") && !get:
+		return "/aion.v1.ClusterService/DrainWorker"
+	case p == "/api/v1/namespaces" && get:
+		return "/aion.v1.NamespaceService/List"
+	case p == "/api/v1/namespaces" && !get:
+		return "/aion.v1.NamespaceService/Create"
+	case strings.HasPrefix(p, "/api/v1/namespaces/") && get:
+		return "/aion.v1.NamespaceService/Get"
+	case strings.HasPrefix(p, "/api/v1/namespaces/") && !get:
 		return "/aion.v1.NamespaceService/SetPlacement"
-	case strings.HasPrefix(p, "/api/v1/activities"):
+	case p == "/api/v1/activities" && get:
 		return "/aion.v1.ActivityService/List"
+	case p == "/api/v1/activities" && !get:
+		return "/aion.v1.ActivityService/Schedule"
+	case strings.HasPrefix(p, "/api/v1/activities/") && get:
+		return "/aion.v1.ActivityService/Get"
+	case strings.HasPrefix(p, "/api/v1/activities/") && !get:
+		return "/aion.v1.ActivityService/Cancel"
+	case strings.HasPrefix(p, "/api/"):
+		return "/aion.http/Unlisted" // not in the policy: admin only
 	}
 	return ""
 }
 
-// httpAuth authenticates JSON API requests like their gRPC counterparts.
+// httpAuth authenticates JSON API and /metrics requests like their gRPC
+// counterparts. The token comes from the Authorization header; only the
+// event stream also takes ?access_token=, because a token in a URL ends up
+// in proxy logs and browser history, and a state-changing request must not
+// be triggered by a link.
 func (s *Server) httpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method := httpMethod(r)
@@ -125,12 +160,19 @@ func (s *Server) httpAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		need, _ := auth.Required(method)
+		what := r.Method + " " + r.URL.Path
 		token := auth.BearerToken(r.Header.Get("Authorization"))
-		if token == "" {
-			token = r.URL.Query().Get("access_token") // EventSource cannot set headers
+		if r.URL.Query().Has("access_token") {
+			if r.URL.Path != eventsPath || r.Method != http.MethodGet {
+				writeError(w, status.Errorf(codes.Unauthenticated, "%s: access_token in the query string is accepted only by GET %s; "+
+					"send the token in an Authorization: Bearer header", what, eventsPath))
+				return
+			}
+			if token == "" {
+				token = r.URL.Query().Get("access_token")
+			}
 		}
-		ctx, err := s.admit(r.Context(), token, need, r.Method+" "+r.URL.Path)
+		ctx, err := s.admit(r.Context(), token, method, what)
 		if err != nil {
 			writeError(w, err)
 			return

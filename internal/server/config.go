@@ -71,6 +71,12 @@ type AuthConfig struct {
 	JWTSecretFile string
 	// JWKSFile holds the RS256 public keys of mode "jwt".
 	JWKSFile string
+	// JWTIssuer, when set, is the only iss claim mode "jwt" accepts.
+	JWTIssuer string
+	// JWTAudience, when set, must be in the aud claim of every token of
+	// mode "jwt". Empty checks neither; set both when the identity provider
+	// also signs tokens for other services.
+	JWTAudience string
 	// ExpiryGrace is how long a worker stream outlives its token's expiry.
 	ExpiryGrace time.Duration
 }
