@@ -43,11 +43,8 @@ const (
 	// its call_id is at most CallID bytes.
 	ApprovalNote = 4 << 10
 	CallID       = 256
-	// Token bounds a bearer token; a longer one is refused before it is
-	// decoded or hashed.
-	Token = 8 << 10
-	// Metadata bounds the headers (metadata) of one gRPC call, token
-	// included.
+	// Metadata bounds the headers (metadata) of one gRPC call, its bearer
+	// token (at most auth.MaxTokenBytes) included.
 	Metadata = 64 << 10
 	// Message bounds any one gRPC message the server receives: the largest
 	// legitimate one is a ScheduleBatch, which must fit in it whole.
