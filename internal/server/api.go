@@ -7,14 +7,13 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// maxBatch caps the requests of one ScheduleBatch.
-const maxBatch = 1000
 
 type activityService struct {
 	aionv1.UnimplementedActivityServiceServer
@@ -35,8 +34,8 @@ func (a *activityService) Schedule(ctx context.Context, r *aionv1.ScheduleReques
 
 func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleBatchRequest) (*aionv1.ScheduleBatchResponse, error) {
 	n := len(r.GetRequests())
-	if n == 0 || n > maxBatch {
-		return nil, status.Errorf(codes.InvalidArgument, "requests: %d given, want 1 to %d", n, maxBatch)
+	if n == 0 || n > limit.BatchRequests {
+		return nil, status.Errorf(codes.InvalidArgument, "requests: %d given, want 1 to %d", n, limit.BatchRequests)
 	}
 	out := &aionv1.ScheduleBatchResponse{Results: make([]*aionv1.ScheduleBatchResult, n)}
 	reqs := make([]engine.Request, 0, n)

@@ -148,18 +148,21 @@ func (receiveStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	}
 }
 
-// malformed marks a message that did not decode; grpc wraps a codec's error
-// as Internal, and the edge turns it back into InvalidArgument.
-const malformed = "malformed message: "
+// decoder decodes requests like the standard protobuf codec, but a message
+// of the aion API that does not decode is refused with InvalidArgument
+// naming its field. grpc would end the call as Internal the moment its codec
+// failed, so the codec reports success and leaves the failure here, keyed
+// by the message, for the edge to return before any handler sees it.
+type decoder struct {
+	encoding.CodecV2
+	failed sync.Map // message pointer → error
+}
 
-// codec decodes like the standard protobuf codec, but says which field of
-// a malformed message is wrong.
-type codec struct{ encoding.CodecV2 }
+func newDecoder() *decoder { return &decoder{CodecV2: encoding.GetCodecV2("proto")} }
 
-func newCodec() codec { return codec{encoding.GetCodecV2("proto")} }
-
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
+// Unmarshal decodes data into v.
+func (d *decoder) Unmarshal(data mem.BufferSlice, v any) error {
+	err := d.CodecV2.Unmarshal(data, v)
 	if err == nil {
 		return nil
 	}
@@ -167,11 +170,28 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return err
 	}
-	buf := data.Materialize()
-	if path := badField(m.ProtoReflect().Descriptor(), buf, ""); path != "" {
-		return fmt.Errorf("%s%s: not valid UTF-8", malformed, path)
+	desc := m.ProtoReflect().Descriptor()
+	if !strings.HasPrefix(string(desc.FullName()), "aion.") {
+		return err // health and reflection: grpc's own answer
 	}
-	return fmt.Errorf("%s%s does not decode: %v", malformed, m.ProtoReflect().Descriptor().Name(), err)
+	if path := badField(desc, data.Materialize(), ""); path != "" {
+		err = fmt.Errorf("%s: not valid UTF-8", path)
+	} else {
+		err = fmt.Errorf("%s does not decode: %v", desc.Name(), err)
+	}
+	d.failed.Store(v, status.Error(codes.InvalidArgument, "malformed message: "+err.Error()))
+	return nil
+}
+
+// recv receives into v with read, then returns the decode failure, if any.
+func (d *decoder) recv(v any, read func(any) error) error {
+	if err := read(v); err != nil {
+		return err
+	}
+	if f, ok := d.failed.LoadAndDelete(v); ok {
+		return f.(error)
+	}
+	return nil
 }
 
 // badField finds the first string field of msg, at any depth, whose bytes
@@ -214,41 +234,30 @@ func badField(msg protoreflect.MessageDescriptor, b []byte, prefix string) strin
 	return ""
 }
 
-// decodeStatus turns grpc's Internal for a message that did not decode into
-// InvalidArgument, keeping the codec's description.
-func decodeStatus(err error) error {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Internal {
-		return err
-	}
-	i := strings.Index(st.Message(), malformed)
-	if i < 0 {
-		return err
-	}
-	return status.Error(codes.InvalidArgument, st.Message()[i:])
+// decodingStream receives worker frames and streaming requests through the
+// decoder.
+type decodingStream struct {
+	grpc.ServerStream
+	d *decoder
 }
 
-// decodingStream reports a frame that did not decode as InvalidArgument.
-type decodingStream struct{ grpc.ServerStream }
-
-func (d decodingStream) RecvMsg(m any) error { return decodeStatus(d.ServerStream.RecvMsg(m)) }
+func (s decodingStream) RecvMsg(m any) error { return s.d.recv(m, s.ServerStream.RecvMsg) }
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, decodingStream{ss})
+	return h(srv, decodingStream{ServerStream: ss, d: s.decoder})
 }
 
-// register serves impl under desc, with each unary method reporting a
-// request that did not decode as InvalidArgument (the request is decoded
-// before any interceptor runs).
-func register(g *grpc.Server, desc *grpc.ServiceDesc, impl any) {
+// register serves impl under desc, each unary method receiving its request
+// through the decoder (a request is decoded before any interceptor runs).
+func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	d := *desc
 	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error { return decodeStatus(dec(v)) }, ic)
+			return h(srv, ctx, func(v any) error { return s.decoder.recv(v, dec) }, ic)
 		}
 		d.Methods[i] = m
 	}
-	g.RegisterService(&d, impl)
+	s.grpc.RegisterService(&d, impl)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"google.golang.org/grpc/codes"
@@ -18,8 +19,8 @@ func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (
 	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
 		return nil, toStatus(err)
 	}
-	if n := len(r.GetReason()); n > 1024 {
-		return nil, status.Errorf(codes.InvalidArgument, "reason: %d bytes, at most 1024 allowed", n)
+	if err := limit.Check("reason", r.GetReason(), limit.Reason); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	v, err := a.s.eng.Cancel(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId(), r.GetReason())
 	if err != nil {
@@ -35,8 +36,8 @@ func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
 		if c.InjectMessage.GetText() == "" {
 			return 0, status.Error(codes.InvalidArgument, "command.inject_message.text: must not be empty")
 		}
-		if n := len(c.InjectMessage.GetText()); n > 64<<10 {
-			return 0, status.Errorf(codes.InvalidArgument, "command.inject_message.text: %d bytes, at most %d allowed", n, 64<<10)
+		if err := limit.Check("command.inject_message.text", c.InjectMessage.GetText(), limit.InjectText); err != nil {
+			return 0, status.Error(codes.InvalidArgument, err.Error())
 		}
 		switch c.InjectMessage.GetPriority() {
 		case aionv1.MessagePriority_MESSAGE_PRIORITY_UNSPECIFIED, aionv1.MessagePriority_MESSAGE_PRIORITY_NORMAL,
@@ -46,6 +47,9 @@ func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
 		}
 		return registry.CapInjectMessage, nil
 	case *aionv1.InterventionCommand_Cancel:
+		if err := limit.Check("command.cancel.reason", c.Cancel.GetReason(), limit.Reason); err != nil {
+			return 0, status.Error(codes.InvalidArgument, err.Error())
+		}
 		return registry.CapCancel, nil
 	case *aionv1.InterventionCommand_Pause, *aionv1.InterventionCommand_Resume:
 		return registry.CapPauseResume, nil
@@ -57,6 +61,14 @@ func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
 	case *aionv1.InterventionCommand_RespondToApproval:
 		if c.RespondToApproval.GetCallId() == "" {
 			return 0, status.Error(codes.InvalidArgument, "command.respond_to_approval.call_id: must not be empty")
+		}
+		for _, err := range []error{
+			limit.Check("command.respond_to_approval.call_id", c.RespondToApproval.GetCallId(), limit.CallID),
+			limit.Check("command.respond_to_approval.note", c.RespondToApproval.GetNote(), limit.ApprovalNote),
+		} {
+			if err != nil {
+				return 0, status.Error(codes.InvalidArgument, err.Error())
+			}
 		}
 		return registry.CapRespondToApproval, nil
 	}

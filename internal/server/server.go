@@ -59,6 +59,7 @@ type Server struct {
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
 	receiving     *receiveBudget
+	decoder       *decoder
 	clientStreams map[string]bool
 
 	grpc     *grpc.Server
@@ -229,12 +230,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 
 	s.receiving = newReceiveBudget(cfg.MaxReceiveMemory)
+	s.decoder = newDecoder()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
 		grpc.MaxHeaderListSize(limit.Metadata),
 		grpc.InTapHandle(s.admitCall),
 		grpc.StatsHandler(receiveStats{}),
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(s.decoder),
 		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -244,10 +246,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.httpLis = tls.NewListener(s.httpLis, tlsConfig)
 	}
 	s.grpc = grpc.NewServer(opts...)
-	register(s.grpc, &aionv1.WorkerService_ServiceDesc, &workerService{s: s})
-	register(s.grpc, &aionv1.ActivityService_ServiceDesc, &activityService{s: s})
-	register(s.grpc, &aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
-	register(s.grpc, &aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
+	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})
+	s.register(&aionv1.ActivityService_ServiceDesc, &activityService{s: s})
+	s.register(&aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
+	s.register(&aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

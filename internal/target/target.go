@@ -10,6 +10,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/aion-run/aion/internal/limit"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -19,8 +21,13 @@ import (
 // address of a shuffled list.
 const shuffledPickFirst = `{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`
 
-// Dial returns a client connection for address; opts are the caller's own.
+// Dial returns a client connection for address; opts are the caller's own
+// and come after the defaults, which size messages by the wire limits: a
+// response as large as the server may send (a Get of an activity with an
+// input and a result of the largest size), a request as large as it accepts.
 func Dial(address string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithDefaultCallOptions(
+		grpc.MaxCallRecvMsgSize(limit.Response), grpc.MaxCallSendMsgSize(limit.Message))}, opts...)
 	if !strings.Contains(address, ",") {
 		return grpc.NewClient(address, opts...)
 	}
