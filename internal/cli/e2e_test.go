@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/servertest"
 )
@@ -528,5 +529,27 @@ func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
 	srv.stop()
 	if code := srv.exit(t); code != exitOK {
 		t.Fatalf("server exit %d\n%s", code, srv.log.String())
+	}
+}
+
+// TestLargestActivityReadsBack: an activity whose input and result are both
+// near the payload limit is more than gRPC's default 4 MiB message; get and
+// list still read it.
+func TestLargestActivityReadsBack(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	r.start(t, "worker", "demo", "--namespace", "big")
+	input := `{"s":"` + strings.Repeat("x", limit.Payload-16) + `"}`
+	code, out, errOut := r.run(t, input, "activity", "schedule", "-n", "big", "-t", "echo", "--id", "largest",
+		"--input", "-", "--wait", "--wait-timeout", "20s", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("schedule: exit %d\n%.300s\n%s", code, out, errOut)
+	}
+	code, out, errOut = r.run(t, "", "activity", "get", "largest", "-n", "big", "-o", "json")
+	if a := decode[activityJSON](t, out); code != exitOK || a.State != "completed" || len(a.Result) < limit.Payload-16 {
+		t.Fatalf("get: exit %d, %d result bytes\n%s", code, len(a.Result), errOut)
+	}
+	if code, out, errOut = r.run(t, "", "activity", "list", "-n", "big", "-o", "json"); code != exitOK || !strings.Contains(out, "largest") {
+		t.Fatalf("list: exit %d\n%.300s\n%s", code, out, errOut)
 	}
 }
