@@ -45,6 +45,7 @@ type serverFlags struct {
 	store           string
 	serverName      string
 	lease           time.Duration
+	maxReceiveMiB   int64
 	tokens          []auth.APIKey
 }
 
@@ -58,6 +59,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
+	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -89,6 +91,8 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 		return cfg, fmt.Errorf("--drain-timeout %v: must not be negative", cfg.DrainTimeout)
 	case cfg.HeartbeatWindow <= 0:
 		return cfg, fmt.Errorf("--heartbeat-window %v: must be more than zero", cfg.HeartbeatWindow)
+	case f.maxReceiveMiB < 16:
+		return cfg, fmt.Errorf("--max-receive-memory %d: want at least 16 (MiB: two requests of the largest size)", f.maxReceiveMiB)
 	}
 	return cfg, nil
 }
@@ -167,6 +171,9 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "store", "AION_STORE")
 	fl.StringVar(&f.serverName, "server-name", "", "this server's name in a cluster, unique among the live servers (default: host name and gRPC port)")
 	bindEnv(fl, "server-name", "AION_SERVER_NAME")
+	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests still arriving may hold: each call reserves 8 MiB "+
+		"(the largest message) until its request is in, one caller at most half; calls past it are refused (ResourceExhausted)")
+	bindEnv(fl, "max-receive-memory", "AION_MAX_RECEIVE_MEMORY")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
 	var configPath string
