@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -26,7 +25,7 @@ import (
 // the bearer token is checked in the transport's tap (so a caller without a
 // valid credential never makes the server buffer or decode a message), and
 // the call reserves room in the receive budget, given back as soon as its
-// request has arrived. A message is at most limit.Message bytes, so the
+// request has arrived, or when the call ends. A message is at most limit.Message bytes, so the
 // budget bounds the memory that all requests being received can hold.
 
 // anonymous is the budget account of calls to public methods (health).
@@ -112,7 +111,10 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 		id, _ := identityFrom(ctx)
 		caller = id.Name
 	}
-	clientStream := s.clientStreams[method]
+	clientStream, known := s.clientStreams[method]
+	if !known {
+		return nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
 	if clientStream && !public {
 		return ctx, nil // a worker stream: one frame at a time, from an authenticated worker
 	}
@@ -120,30 +122,16 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	if err != nil {
 		return nil, err
 	}
+	// However the call ends (even before a handler runs, as when its
+	// deadline has passed), its context ends, and the room comes back.
+	context.AfterFunc(ctx, release)
 	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream}), nil
 }
 
-// receiveStats gives a call's reservation back once its request has
-// arrived, or when the call ends (whichever is first).
-type receiveStats struct{}
-
-func (receiveStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (receiveStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (receiveStats) HandleConn(context.Context, stats.ConnStats) {}
-
-func (receiveStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
-	r, ok := ctx.Value(releaseKey{}).(*reservation)
-	if !ok {
-		return
-	}
-	switch st.(type) {
-	case *stats.InPayload:
-		if !r.untilEnd {
-			r.release()
-		}
-	case *stats.End:
+// received gives back the reservation of the call in ctx once its request
+// has arrived; a stream whose messages keep arriving keeps it to its end.
+func received(ctx context.Context) {
+	if r, ok := ctx.Value(releaseKey{}).(*reservation); ok && !r.untilEnd {
 		r.release()
 	}
 }
@@ -241,7 +229,11 @@ type decodingStream struct {
 	d *decoder
 }
 
-func (s decodingStream) RecvMsg(m any) error { return s.d.recv(m, s.ServerStream.RecvMsg) }
+func (s decodingStream) RecvMsg(m any) error {
+	err := s.d.recv(m, s.ServerStream.RecvMsg)
+	received(s.Context())
+	return err
+}
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return h(srv, decodingStream{ServerStream: ss, d: s.decoder})
@@ -255,7 +247,11 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error { return s.decoder.recv(v, dec) }, ic)
+			return h(srv, ctx, func(v any) error {
+				err := s.decoder.recv(v, dec)
+				received(ctx)
+				return err
+			}, ic)
 		}
 		d.Methods[i] = m
 	}

@@ -235,7 +235,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.MaxRecvMsgSize(limit.Message),
 		grpc.MaxHeaderListSize(limit.Metadata),
 		grpc.InTapHandle(s.admitCall),
-		grpc.StatsHandler(receiveStats{}),
 		grpc.ForceServerCodecV2(s.decoder),
 		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
@@ -251,7 +250,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.register(&aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
 	s.register(&aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
 	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.register(&healthpb.Health_ServiceDesc, s.health)
 	reflection.Register(s.grpc)
 	s.clientStreams = make(map[string]bool)
 	for svc, info := range s.grpc.GetServiceInfo() {
