@@ -247,8 +247,8 @@ type env struct {
 	tally *tally
 	// admin is a client with the admin key, for watching the server.
 	admin *client.Client
-	// end is when the attack should stop at the latest.
-	end time.Time
+	// start is when the attack began; end is when it stops at the latest.
+	start, end time.Time
 
 	mu      sync.Mutex
 	notes   []string
@@ -259,6 +259,16 @@ func (e *env) note(format string, args ...any) {
 	e.mu.Lock()
 	e.notes = append(e.notes, fmt.Sprintf(format, args...))
 	e.mu.Unlock()
+}
+
+// failed counts a failed request under label: by how it failed, or as cut
+// off when the attack's time was up.
+func (e *env) failed(ctx context.Context, label string, err error) {
+	if ctx.Err() != nil {
+		e.tally.add(label+": cut off at the end", 1)
+		return
+	}
+	e.tally.add(label+": "+outcome(err), 1)
 }
 
 var attacks = map[Kind]func(ctx context.Context, e *env){
@@ -334,7 +344,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	mem := &sampler{pid: srv.pid(), interval: o.SampleEvery, limitKB: int64(o.MaxServerRSSMB) * 1e6 / 1024,
 		over: func(kb int64) {
 			stopOnce.Do(func() {
-				stoppedWhy = fmt.Sprintf("server RSS reached %.0f MB, past --max-server-rss %d MB: attack stopped", mb(kb), o.MaxServerRSSMB)
+				stoppedWhy = fmt.Sprintf("server RSS reached %.0f MB, past --max-server-rss %d MB: attack stopped after %.1f s",
+					mb(kb), o.MaxServerRSSMB, time.Since(e.start).Seconds())
 			})
 			stopAttack()
 		}}
@@ -351,7 +362,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}()
 
 	start := time.Now()
-	e.end = start.Add(o.Duration)
+	e.start, e.end = start, start.Add(o.Duration)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		actx, cancel := context.WithDeadline(attackCtx, e.end)

@@ -180,7 +180,7 @@ func drainClosed(h *heldConn) {
 func churn(ctx context.Context, e *env, registrations *atomic.Int64) {
 	cc, err := dial(e.srv.grpcAddr, e.srv.keys.attackWorker)
 	if err != nil {
-		e.tally.add("register: "+outcome(err), 1)
+		e.failed(ctx, "register", err)
 		return
 	}
 	defer cc.Close()
@@ -215,7 +215,7 @@ func churn(ctx context.Context, e *env, registrations *atomic.Int64) {
 			return
 		}
 		if err != nil {
-			e.tally.add("register: "+outcome(err), 1)
+			e.failed(ctx, "register", err)
 			pause(ctx, 10*time.Millisecond)
 		}
 	}

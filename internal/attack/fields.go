@@ -106,7 +106,7 @@ func scheduleFor(ctx context.Context, c *client.Client, queue string, maxAttempt
 func workerFields(ctx context.Context, e *env) {
 	c, err := client.Dial(ctx, e.srv.grpcAddr, client.WithToken(e.srv.keys.attackClient))
 	if err != nil {
-		e.tally.add("client: "+outcome(err), 1)
+		e.failed(ctx, "client", err)
 		return
 	}
 	defer c.Close()
@@ -137,7 +137,7 @@ func fieldsWorker(ctx context.Context, e *env, c *client.Client, queue string, d
 		if ws == nil {
 			var err error
 			if ws, _, err = connectWorker(ctx, e, queue); err != nil {
-				e.tally.add("register: "+outcome(err), 1)
+				e.failed(ctx, "register", err)
 				if !pause(ctx, 100*time.Millisecond) {
 					return
 				}
@@ -145,7 +145,7 @@ func fieldsWorker(ctx context.Context, e *env, c *client.Client, queue string, d
 			}
 		}
 		if _, err := scheduleFor(ctx, c, queue, 1); err != nil {
-			e.tally.add("schedule: "+outcome(err), 1)
+			e.failed(ctx, "schedule", err)
 			if !pause(ctx, 100*time.Millisecond) {
 				return
 			}
@@ -153,7 +153,7 @@ func fieldsWorker(ctx context.Context, e *env, c *client.Client, queue string, d
 		}
 		t, err := ws.task()
 		if err != nil {
-			e.tally.add("task: "+outcome(err), 1)
+			e.failed(ctx, "task", err)
 			ws.close()
 			ws = nil
 			continue
@@ -182,17 +182,13 @@ func fieldsWorker(ctx context.Context, e *env, c *client.Client, queue string, d
 func fieldsExchange(ctx context.Context, e *env, ws *workerStream, label string, f frame) bool {
 	e.tally.sent.Add(1)
 	if err := ws.stream.SendMsg(f); err != nil {
-		e.tally.add(label+": stream ended "+outcome(ws.recvErr(err)), 1)
+		streamEnded(ctx, e, label, ws.recvErr(err))
 		return false
 	}
 	for {
 		m, err := ws.recv()
 		if err != nil {
-			if ctx.Err() != nil {
-				e.tally.add(label+": cut off at the end", 1)
-			} else {
-				e.tally.add(label+": stream ended "+outcome(err), 1)
-			}
+			streamEnded(ctx, e, label, err)
 			return false
 		}
 		var refused string
@@ -211,6 +207,15 @@ func fieldsExchange(ctx context.Context, e *env, ws *workerStream, label string,
 		}
 		return true
 	}
+}
+
+// streamEnded counts a worker stream that ended while label was under way.
+func streamEnded(ctx context.Context, e *env, label string, err error) {
+	if ctx.Err() != nil {
+		e.tally.add(label+": cut off at the end", 1)
+		return
+	}
+	e.tally.add(label+": stream ended, "+outcome(err), 1)
 }
 
 // pause waits d or until ctx ends; false when ctx ended.

@@ -18,7 +18,7 @@ import (
 func pendingMemory(ctx context.Context, e *env) {
 	cc, err := dial(e.srv.grpcAddr, e.srv.keys.attackClient)
 	if err != nil {
-		e.tally.add("schedule: "+outcome(err), 1)
+		e.failed(ctx, "schedule", err)
 		return
 	}
 	defer cc.Close()
@@ -39,7 +39,7 @@ func pendingMemory(ctx context.Context, e *env) {
 					e.tally.add("schedule: cut off at the end", 1)
 					return
 				}
-				e.tally.add("schedule: "+outcome(err), 1)
+				e.failed(ctx, "schedule", err)
 			}
 		})
 	}
@@ -63,7 +63,7 @@ func listLoop(ctx context.Context, e *env) {
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			e.tally.add("list: "+outcome(err), 1)
+			e.failed(ctx, "list", err)
 			return
 		}
 		req.Header.Set("Authorization", "Bearer "+e.srv.keys.attackClient)
@@ -75,7 +75,7 @@ func listLoop(ctx context.Context, e *env) {
 				e.tally.add("list: cut off at the end", 1)
 				break
 			}
-			e.tally.add("list: "+outcome(err), 1)
+			e.failed(ctx, "list", err)
 			if !pause(ctx, 100*time.Millisecond) {
 				break
 			}

@@ -24,7 +24,7 @@ const stalledWindow = 64<<10 - 1
 func stalledReader(ctx context.Context, e *env) {
 	c, err := client.Dial(ctx, e.srv.grpcAddr, client.WithToken(e.srv.keys.attackClient))
 	if err != nil {
-		e.tally.add("client: "+outcome(err), 1)
+		e.failed(ctx, "client", err)
 		return
 	}
 	defer c.Close()
@@ -48,18 +48,18 @@ func stallOnce(ctx context.Context, e *env, c *client.Client, queue string) bool
 	ws, id, err := connectWorker(ctx, e, queue,
 		grpc.WithInitialWindowSize(stalledWindow), grpc.WithInitialConnWindowSize(stalledWindow))
 	if err != nil {
-		e.tally.add("register: "+outcome(err), 1)
+		e.failed(ctx, "register", err)
 		return false
 	}
 	defer ws.close()
 	h, err := scheduleFor(ctx, c, queue, 0)
 	if err != nil {
-		e.tally.add("schedule: "+outcome(err), 1)
+		e.failed(ctx, "schedule", err)
 		return false
 	}
 	t, err := ws.task()
 	if err != nil {
-		e.tally.add("task: "+outcome(err), 1)
+		e.failed(ctx, "task", err)
 		return false
 	}
 	e.tally.add("tasks taken and never answered", 1)
