@@ -91,8 +91,10 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				r.Honest.P50MS <= 0 || r.Honest.P99MS < r.Honest.P50MS || r.Honest.MaxMS < r.Honest.P99MS {
 				t.Errorf("honest %+v: want completed operations and ordered latencies", r.Honest)
 			}
-			if r.RSS.Samples == 0 || r.RSS.BaselineMB <= 0 || r.RSS.PeakMB < r.RSS.EndMB || r.RSS.HWMMB < r.RSS.PeakMB {
-				t.Errorf("rss %+v: want samples, a baseline, and peak <= VmHWM", r.RSS)
+			// The kernel updates VmHWM lazily, so it may trail a VmRSS
+			// reading by a little: only its presence is checked.
+			if r.RSS.Samples == 0 || r.RSS.BaselineMB <= 0 || r.RSS.EndMB <= 0 || r.RSS.PeakMB < r.RSS.EndMB || r.RSS.HWMMB <= 0 {
+				t.Errorf("rss %+v: want samples, a baseline, an end reading no larger than the peak, and a VmHWM", r.RSS)
 			}
 			if tc.kind == attack.None {
 				if r.Attack.Sent != 0 {

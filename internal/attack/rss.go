@@ -122,7 +122,8 @@ type RSS struct {
 	// EndMB is the last VmRSS sampled, after the attack stopped.
 	EndMB float64 `json:"end_mb"`
 	// HWMMB is the kernel's VmHWM at the end: the peak resident set since
-	// the server started, between samples included.
+	// the server started, between samples included. The kernel updates it
+	// lazily, so it may be a little below PeakMB.
 	HWMMB float64 `json:"hwm_mb"`
 	// Samples is how many readings were taken (one each IntervalMS).
 	Samples    int   `json:"samples"`
