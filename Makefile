@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build test lint fmt bench fuzz generate generate-check clean
+.PHONY: all build test lint fmt bench fuzz attack generate generate-check clean
 
 all: build
 
@@ -33,6 +33,14 @@ fuzz:
 ## bench: the registry and store benchmarks, with allocations.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/registry/
+
+## attack: each attack of the hardening matrix for ATTACK_DURATION against a
+## server it starts itself on loopback; the figures go in docs/security.md.
+ATTACK_DURATION ?= 30s
+ATTACK_KINDS ?= none unauth-large worker-fields stalled-reader pending-memory connections
+attack: build
+	@for k in $(ATTACK_KINDS); do echo "== aion attack $$k --duration $(ATTACK_DURATION)"; \
+		./bin/aion attack $$k --duration $(ATTACK_DURATION) || exit 1; done
 
 ## generate: regenerate gen/ from proto/ (needs protoc: apt-get install -y protobuf-compiler).
 generate:

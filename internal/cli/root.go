@@ -204,6 +204,7 @@ defaults.`,
 		a.workersCommand(),
 		a.eventsCommand(),
 		a.tokenCommand(),
+		a.attackCommand(),
 	)
 	return root
 }

@@ -1,0 +1,157 @@
+package attack_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aion-run/aion/internal/attack"
+	"github.com/aion-run/aion/internal/cli"
+)
+
+// childMarker makes the test binary run the aion command line instead of
+// the tests, so the server under attack is a real aion server process.
+const childMarker = "ATTACK_TEST_RUN_AION=1"
+
+func TestMain(m *testing.M) {
+	if os.Getenv("ATTACK_TEST_RUN_AION") == "1" {
+		os.Exit(cli.Execute())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// short is a run of a few seconds with small sizes: enough to exercise
+// every part of an attack, not to measure it.
+func short(t *testing.T, kind attack.Kind) attack.Options {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := attack.Defaults()
+	o.Kind, o.Command, o.Env = kind, []string{exe}, []string{childMarker}
+	o.Duration, o.Attackers, o.Rate = 2*time.Second, 2, 20
+	o.LargeBytes, o.TokenBytes = 4<<20, 64<<10
+	o.DetailsBytes, o.FailureBytes = 1<<20, 256<<10
+	o.PendingBytes, o.ListPageSize = 64<<10, 100
+	o.IdleConns, o.SlowReaders, o.SSEClients = 20, 10, 5
+	return o
+}
+
+// TestEachAttackRunsAndReportsSoundFigures runs every attack briefly
+// against a real server process and checks that the report measured
+// something real: the honest client got work done, the attack sent
+// requests and the server answered them, and the server's memory was
+// read. The figures themselves are benchmarks (see docs/security.md).
+func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kind attack.Kind
+		// want are outcome labels (prefixes) the attack must have counted.
+		want  []string
+		check func(t *testing.T, r attack.Report)
+	}{
+		{kind: attack.None},
+		{kind: attack.UnauthLarge, want: []string{"large body: ", "large token: "}},
+		{kind: attack.WorkerFields, want: []string{"heartbeat: "}},
+		{kind: attack.StalledReader, want: []string{"tasks taken and never answered", "stalled worker: "},
+			check: func(t *testing.T, r attack.Report) {
+				if len(r.Attack.Stalled) == 0 || r.Attack.Stalled[0].Pings == 0 || r.Attack.Stalled[0].HeldForS <= 0 {
+					t.Errorf("stalled workers %+v: want one that sent pings and was held", r.Attack.Stalled)
+				}
+			}},
+		{kind: attack.PendingMemory, want: []string{"schedule: ", "list: "}},
+		{kind: attack.Connections, want: []string{"idle gRPC: ", "slow reader: ", "event stream: "},
+			check: func(t *testing.T, r attack.Report) {
+				var held int64
+				for k, n := range r.Attack.Outcomes {
+					if strings.HasSuffix(k, ": held open to the end") || strings.HasSuffix(k, ": closed by the server") {
+						held += n
+					}
+				}
+				if held != 20+10+5 {
+					t.Errorf("outcomes %v: want each of the 35 connections counted once as held or closed", r.Attack.Outcomes)
+				}
+			}},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			t.Parallel()
+			r, err := attack.Run(context.Background(), short(t, tc.kind))
+			if err != nil {
+				t.Fatalf("run: %v\nreport: %+v", err, r)
+			}
+			if r.Kind != tc.kind || r.PID == 0 || !strings.HasPrefix(r.Server, "127.0.0.1:") {
+				t.Errorf("kind %q pid %d server %q: want %q on a loopback server process", r.Kind, r.PID, r.Server, tc.kind)
+			}
+			if r.Honest.Completed == 0 || r.Honest.Offered < r.Honest.Completed+r.Honest.Errors ||
+				r.Honest.P50MS <= 0 || r.Honest.P99MS < r.Honest.P50MS || r.Honest.MaxMS < r.Honest.P99MS {
+				t.Errorf("honest %+v: want completed operations and ordered latencies", r.Honest)
+			}
+			// The kernel updates VmHWM lazily, so it may trail a VmRSS
+			// reading by a little: only its presence is checked.
+			if r.RSS.Samples == 0 || r.RSS.BaselineMB <= 0 || r.RSS.EndMB <= 0 || r.RSS.PeakMB < r.RSS.EndMB || r.RSS.HWMMB <= 0 {
+				t.Errorf("rss %+v: want samples, a baseline, an end reading no larger than the peak, and a VmHWM", r.RSS)
+			}
+			if tc.kind == attack.None {
+				if r.Attack.Sent != 0 {
+					t.Errorf("no attack sent %d requests", r.Attack.Sent)
+				}
+				return
+			}
+			if r.Attack.Sent == 0 {
+				t.Errorf("attack sent nothing; outcomes %v", r.Attack.Outcomes)
+			}
+			for _, w := range tc.want {
+				found := false
+				for k, n := range r.Attack.Outcomes {
+					found = found || (strings.HasPrefix(k, w) && n > 0)
+				}
+				if !found {
+					t.Errorf("outcomes %v: none starts with %q", r.Attack.Outcomes, w)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+			if t.Failed() {
+				var b strings.Builder
+				r.WriteText(&b)
+				t.Log(b.String())
+			}
+		})
+	}
+}
+
+func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(*attack.Options)
+		want string
+	}{
+		{"unknown kind", func(o *attack.Options) { o.Kind = "ddos" }, `attack "ddos"`},
+		{"no duration", func(o *attack.Options) { o.Duration = 0 }, "--duration"},
+		{"negative attackers", func(o *attack.Options) { o.Attackers = -1 }, "--attackers -1"},
+		{"no rate", func(o *attack.Options) { o.Rate = 0 }, "--rate 0"},
+		{"body past the gRPC limit", func(o *attack.Options) { o.LargeBytes = 64 << 20 }, "--large-bytes 67108864"},
+		{"too many connections", func(o *attack.Options) { o.IdleConns = 20000 }, "--idle-conns 20000"},
+		{"no command", func(o *attack.Options) { o.Command = nil }, "command"},
+		{"server arg moving the listener", func(o *attack.Options) { o.ServerArgs = []string{"--grpc-addr=0.0.0.0:50051"} },
+			`--server-arg "--grpc-addr=0.0.0.0:50051"`},
+		{"server arg turning auth off", func(o *attack.Options) { o.ServerArgs = []string{"--auth", "none"} }, `--server-arg "--auth"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := attack.Defaults()
+			o.Kind, o.Command = attack.UnauthLarge, []string{"/nonexistent/aion"}
+			tc.edit(&o)
+			_, err := attack.Run(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v: want one naming %q", err, tc.want)
+			}
+		})
+	}
+}

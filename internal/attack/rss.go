@@ -1,0 +1,133 @@
+package attack
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// memStatus is what /proc/<pid>/status says of a process's memory, in KiB.
+type memStatus struct {
+	rss, hwm int64
+}
+
+// readMem reads VmRSS and VmHWM of process pid.
+func readMem(pid int) (memStatus, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	f, err := os.Open(path)
+	if err != nil {
+		return memStatus{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	var m memStatus
+	found := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var dst *int64
+		switch {
+		case bytes.HasPrefix(line, []byte("VmRSS:")):
+			dst = &m.rss
+		case bytes.HasPrefix(line, []byte("VmHWM:")):
+			dst = &m.hwm
+		default:
+			continue
+		}
+		fields := bytes.Fields(line)
+		if len(fields) < 2 {
+			return memStatus{}, fmt.Errorf("%s: malformed line %q", path, line)
+		}
+		v, err := strconv.ParseInt(string(fields[1]), 10, 64)
+		if err != nil {
+			return memStatus{}, fmt.Errorf("%s: line %q: %w", path, line, err)
+		}
+		*dst = v
+		found++
+	}
+	if err := sc.Err(); err != nil {
+		return memStatus{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	if found < 2 {
+		return memStatus{}, fmt.Errorf("%s: no VmRSS and VmHWM lines", path)
+	}
+	return m, nil
+}
+
+// sampler reads a process's memory at a fixed interval and keeps the
+// peak, the last reading and the high-water mark the kernel keeps.
+type sampler struct {
+	pid      int
+	interval time.Duration
+	// over, when set, is called once when a reading passes limitKB.
+	limitKB int64
+	over    func(kb int64)
+
+	mu      sync.Mutex
+	samples int
+	peak    int64
+	last    memStatus
+	err     error
+	tripped bool
+}
+
+// sample takes one reading.
+func (s *sampler) sample() {
+	m, err := readMem(s.pid)
+	s.mu.Lock()
+	if err != nil {
+		if s.samples == 0 {
+			s.err = err
+		}
+		s.mu.Unlock()
+		return // the process has ended: keep the last good reading
+	}
+	s.samples++
+	s.last = m
+	s.peak = max(s.peak, m.rss)
+	trip := s.over != nil && s.limitKB > 0 && m.rss > s.limitKB && !s.tripped
+	if trip {
+		s.tripped = true
+	}
+	s.mu.Unlock()
+	if trip {
+		s.over(m.rss)
+	}
+}
+
+// run samples until stop is closed.
+func (s *sampler) run(stop <-chan struct{}) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	s.sample()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.sample()
+		}
+	}
+}
+
+// RSS is the memory of the server under attack, in MB (10^6 bytes).
+type RSS struct {
+	// BaselineMB is the resident set just before the attack began.
+	BaselineMB float64 `json:"baseline_mb"`
+	// PeakMB is the largest VmRSS sampled during the run.
+	PeakMB float64 `json:"peak_mb"`
+	// EndMB is the last VmRSS sampled, after the attack stopped.
+	EndMB float64 `json:"end_mb"`
+	// HWMMB is the kernel's VmHWM at the end: the peak resident set since
+	// the server started, between samples included. The kernel updates it
+	// lazily, so it may be a little below PeakMB.
+	HWMMB float64 `json:"hwm_mb"`
+	// Samples is how many readings were taken (one each IntervalMS).
+	Samples    int   `json:"samples"`
+	IntervalMS int64 `json:"interval_ms"`
+}
+
+func mb(kb int64) float64 { return float64(kb) * 1024 / 1e6 }

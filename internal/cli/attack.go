@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aion-run/aion/internal/attack"
+)
+
+func (a *app) attackCommand() *cobra.Command {
+	o := attack.Defaults()
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "attack KIND",
+		Short: "Attack a server this command starts itself, and measure what it costs an honest tenant",
+		Long: `attack starts its own aion server as a child process, on free loopback ports
+(127.0.0.1) with a fresh temporary data directory, token authentication and
+--sqlite-sync full; it never targets any other server, and there is no flag to
+point it elsewhere. It connects an honest tenant (namespace "honest": a worker
+serving echo and a client that schedules an echo and waits for it, --rate
+times a second, open loop), runs the attack KIND from the namespace
+"attacker" (or from no namespace at all) for --duration, and reports:
+
+  server RSS   baseline, peak and end VmRSS, sampled from /proc every 100 ms,
+               and the kernel's VmHWM (the server is its own process, so the
+               figures are the server's alone)
+  honest       operations offered, completed and failed; schedule-and-wait
+               p50, p99 and max, each measured from its intended start
+  attack       requests sent and the server's answers by gRPC code or HTTP
+               status, and figures particular to the attack
+
+Kinds (numbers are those of the hardening matrix in docs/security.md):
+
+  none            no attack: the honest figures on an idle server
+  unauth-large    (1) callers without a token send 63 MiB Schedule requests,
+                  and one sends small ones with a 1.4 MB bearer token
+  worker-fields   (3) a worker with a valid key sends 40 MiB heartbeat details
+                  and failures with 20 MiB message, type and details
+  stalled-reader  (4) a worker takes a task, then floods pings and never reads
+                  its stream; reports when the server dropped it and whether
+                  its attempt was retried
+  pending-memory  (5) a client schedules 2 MiB activities no worker serves, as
+                  fast as it may, and lists them 1000 at a time over HTTP
+  connections     (10) 3000 idle TCP connections to the gRPC port, 1000 slow
+                  readers of the console's script, 500 event-stream clients
+                  that never read, and a worker registering over and over
+
+Every request loop stops by itself at --duration or --max-requests. The
+attack stops early (the honest load goes on) if the server's RSS passes
+--max-server-rss, so a run cannot exhaust the machine.`,
+		Example: `  aion attack unauth-large
+  aion attack stalled-reader --duration 60s
+  aion attack pending-memory --attackers 4 --json
+  aion attack none --rate 50`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f := cmd.Flags().Lookup("address"); f != nil && f.Changed {
+				return fmt.Errorf("--address %q: attack never targets another server; it starts its own on 127.0.0.1", a.address)
+			}
+			kind, err := attack.ParseKind(args[0])
+			if err != nil {
+				return err
+			}
+			o.Kind = kind
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this executable to start the server: %w", err)
+			}
+			o.Command = []string{exe}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := attack.Run(ctx, o)
+			if asJSON {
+				b, jerr := json.Marshal(rep)
+				if jerr != nil {
+					return jerr
+				}
+				fmt.Fprintf(a.stdout, "%s\n", b)
+			} else if rep.PID != 0 {
+				rep.WriteText(a.stdout)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.Duration, "duration", o.Duration, "how long the attack runs")
+	f.IntVar(&o.Attackers, "attackers", 0, "attacking callers or workers at once; 0 takes the kind's default (unauth-large 12, worker-fields 2, stalled-reader 1, pending-memory 2, connections 1 registering worker)")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "honest schedule-and-wait operations per second")
+	f.DurationVar(&o.HonestTimeout, "honest-timeout", o.HonestTimeout, "an honest operation slower than this counts as an error")
+	f.IntVar(&o.MaxServerRSSMB, "max-server-rss", o.MaxServerRSSMB, "stop the attack once the server's RSS passes this many MB (0: never)")
+	f.IntVar(&o.MaxRequests, "max-requests", o.MaxRequests, "most requests each attacking loop sends")
+	f.IntVar(&o.LargeBytes, "large-bytes", o.LargeBytes, "unauth-large: bytes of each request")
+	f.IntVar(&o.TokenBytes, "token-bytes", o.TokenBytes, "unauth-large: bytes of the oversized bearer token")
+	f.IntVar(&o.DetailsBytes, "details-bytes", o.DetailsBytes, "worker-fields: bytes of heartbeat details")
+	f.IntVar(&o.FailureBytes, "failure-bytes", o.FailureBytes, "worker-fields: bytes of a failure's message, type and details, each")
+	f.IntVar(&o.PendingBytes, "pending-bytes", o.PendingBytes, "pending-memory: payload bytes of each activity")
+	f.IntVar(&o.ListPageSize, "page-size", o.ListPageSize, "pending-memory: page size of each list")
+	f.IntVar(&o.IdleConns, "idle-conns", o.IdleConns, "connections: idle TCP connections to the gRPC port")
+	f.IntVar(&o.SlowReaders, "slow-readers", o.SlowReaders, "connections: slow readers of the console's script")
+	f.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "connections: event-stream clients that never read")
+	f.StringArrayVar(&o.ServerArgs, "server-arg", nil, "an argument added to the server's command line, e.g. --server-arg=--max-pending-per-namespace=100 (repeatable)")
+	f.BoolVar(&o.KeepDir, "keep", false, "keep the server's temporary directory (data and server.log) and print where it is")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	return cmd
+}
