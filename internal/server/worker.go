@@ -28,7 +28,8 @@ const (
 	maxActivityTypes = 256
 	maxSlots         = 10000
 	// maxOutbound bounds frames queued for one worker; a worker that stops
-	// reading while asking for more (pings, heartbeats) is disconnected.
+	// reading while asking for more (pings, heartbeats) is disconnected with
+	// reason timeout, as one that stops reading is after half its window.
 	maxOutbound = 100000
 	// registerWithin bounds the wait for the first frame.
 	registerWithin = 10 * time.Second
@@ -99,7 +100,7 @@ func (c *conn) push(m *aionv1.ServerMessage) error {
 	if len(c.out) >= maxOutbound {
 		c.mu.Unlock()
 		c.markStalled()
-		c.end(status.Errorf(codes.ResourceExhausted, "worker is not reading its stream: %d frames queued", maxOutbound))
+		c.end(status.Errorf(codes.Unavailable, "worker is not reading its stream: %d frames queued", maxOutbound))
 		return errors.New("worker stream overloaded")
 	}
 	c.out = append(c.out, m)
@@ -304,7 +305,7 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 			case code == codes.Unavailable && !s.shuttingDown.Load():
 				reason = registry.ReasonTimeout // the sweeper: silent, or not reading
 			default:
-				reason = registry.ReasonDeregistered // shutdown, overload, expired credential
+				reason = registry.ReasonDeregistered // shutdown, expired credential
 			}
 			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", err)
 			return err
