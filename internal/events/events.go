@@ -216,7 +216,7 @@ func (b *Bus) holdLocked(e Event) {
 }
 
 // approxSize estimates the memory an event holds, with room for one
-// encoding of it memoized beside it.
+// encoding of it (about as large again) memoized beside it.
 func approxSize(e Event) int {
 	n := 128
 	if w := e.Worker; w != nil {
@@ -237,7 +237,7 @@ func approxSize(e Event) int {
 	for _, p := range e.Pools {
 		n += 64 + len(p.Namespace) + len(p.TaskQueue)
 	}
-	return 3 * n
+	return 2 * n
 }
 
 func (b *Bus) wakeLocked() {
