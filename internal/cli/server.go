@@ -44,6 +44,7 @@ type serverFlags struct {
 	serverName      string
 	lease           time.Duration
 	tokens          []auth.APIKey
+	limits          limitFlags
 }
 
 // config checks the flags and builds the server configuration.
@@ -55,6 +56,9 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
+	if err := f.limits.apply(&cfg); err != nil {
+		return cfg, err
+	}
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -161,6 +165,7 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "server-name", "AION_SERVER_NAME")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
+	f.limits.register(fl, defaults)
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")
