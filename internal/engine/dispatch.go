@@ -27,7 +27,10 @@ type activity struct {
 	closing bool
 	// size is the payload's length; rec.Payload is nil when the payload
 	// is not held in memory (see shedPayloadLocked).
-	size    int
+	size int
+	// unsent: the running attempt's task waits for its payload from the
+	// store, so its worker does not know of it yet.
+	unsent  bool
 	waiters []chan struct{}
 }
 
@@ -258,7 +261,8 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 		Deadline:         e.attemptDeadline(a, now),
 		HeartbeatDetails: a.rec.HeartbeatDetails,
 	}
-	if a.rec.Payload == nil && a.size > 0 {
+	a.unsent = a.rec.Payload == nil && a.size > 0
+	if a.unsent {
 		if !e.closed {
 			e.bg.Add(1)
 			go e.sendLoaded(a, w, task)
@@ -301,6 +305,7 @@ func (e *Engine) sendLoaded(a *activity, w *registry.Worker, task Task) {
 		return
 	}
 	task.Payload = rec.Payload
+	a.unsent = false
 	if conn, ok := w.Delivery().(Conn); ok {
 		_ = conn.SendTask(task)
 	}
