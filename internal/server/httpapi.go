@@ -202,10 +202,14 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
-	// The connection is the stream's alone: when the stream ends (a
-	// subscriber dropped for falling behind, a write past its deadline)
-	// it is closed rather than kept for another request.
-	w.Header().Set("Connection", "close")
+	if r.ProtoMajor == 1 {
+		// The connection is the stream's alone: when the stream ends (a
+		// subscriber dropped for falling behind, a write past its
+		// deadline) it is closed rather than kept for another request.
+		// (On HTTP/2 the stream ends alone; this header would close the
+		// whole connection.)
+		w.Header().Set("Connection", "close")
+	}
 	write := func(b []byte) error {
 		if d := s.cfg.Conn.HTTPWriteTimeout; d > 0 {
 			// Not every ResponseWriter has deadlines; then there is none.
