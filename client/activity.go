@@ -304,6 +304,11 @@ type ListOptions struct {
 	PageSize int32
 	// PageToken continues a previous List (ActivityPage.NextPageToken).
 	PageToken string
+	// IncludePayloads returns each activity's payload, result, heartbeat
+	// details and failure details, which a listing leaves out by default
+	// (Get returns them for one activity). A page with them may hold fewer
+	// activities than PageSize: the server bounds a page's bytes.
+	IncludePayloads bool
 }
 
 // ActivityPage is one page of List.
@@ -320,11 +325,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (*ActivityPage, err
 		return nil, fmt.Errorf("aion client: list activities in %q: %w", opts.Namespace, err)
 	}
 	resp, err := c.activities.List(ctx, &aionv1.ListActivitiesRequest{
-		Namespace:    opts.Namespace,
-		State:        st,
-		ActivityType: opts.ActivityType,
-		PageSize:     opts.PageSize,
-		PageToken:    opts.PageToken,
+		Namespace:       opts.Namespace,
+		State:           st,
+		ActivityType:    opts.ActivityType,
+		PageSize:        opts.PageSize,
+		PageToken:       opts.PageToken,
+		IncludePayloads: opts.IncludePayloads,
 	})
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("list activities in %q", opts.Namespace), err)

@@ -282,6 +282,9 @@ type Activity struct {
 	Attempts []Attempt
 	// LastHeartbeatDetails are the details of the last accepted heartbeat.
 	LastHeartbeatDetails Payload
+	// PayloadSize is the payload's size in bytes, set also when a listing
+	// left Payload out.
+	PayloadSize uint64
 }
 
 // Attempt is one delivery of an activity to one worker.
@@ -306,6 +309,7 @@ type activityJSON struct {
 	State                  State           `json:"state"`
 	Attempt                uint32          `json:"attempt"`
 	Payload                Payload         `json:"payload,omitempty"`
+	PayloadSize            uint64          `json:"payload_size"`
 	Result                 Payload         `json:"result,omitempty"`
 	Failure                *ActivityError  `json:"failure,omitempty"`
 	ScheduleToStartTimeout string          `json:"schedule_to_start_timeout,omitempty"`
@@ -344,7 +348,7 @@ type attemptJSON struct {
 func (a *Activity) MarshalJSON() ([]byte, error) {
 	j := activityJSON{
 		ID: a.ID, Namespace: a.Namespace, TaskQueue: a.TaskQueue, ActivityType: a.ActivityType,
-		Node: a.Node, State: a.State, Attempt: a.Attempt, Payload: a.Payload, Result: a.Result,
+		Node: a.Node, State: a.State, Attempt: a.Attempt, Payload: a.Payload, PayloadSize: a.PayloadSize, Result: a.Result,
 		Failure:                a.Failure,
 		ScheduleToStartTimeout: durationString(a.ScheduleToStartTimeout),
 		StartToCloseTimeout:    durationString(a.StartToCloseTimeout),
@@ -412,6 +416,7 @@ func activityFromProto(p *aionv1.Activity) *Activity {
 		StartedTime:            timeFromProto(p.GetStartedTime()),
 		ClosedTime:             timeFromProto(p.GetClosedTime()),
 		LastHeartbeatDetails:   Payload(p.GetLastHeartbeatDetails()),
+		PayloadSize:            p.GetPayloadSize(),
 	}
 	for _, at := range p.GetAttempts() {
 		a.Attempts = append(a.Attempts, Attempt{

@@ -233,15 +233,21 @@ func (a *app) listCommand() *cobra.Command {
 	var (
 		ns, state, typ string
 		limit          int
+		payloads       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List a namespace's activities, newest first",
 		Long: `List a namespace's activities, newest first, optionally only those in one
 state (scheduled, running, completed, failed, canceled, timed_out) or of one
-type. --limit caps how many are printed (0: all).`,
+type. --limit caps how many are printed (0: all).
+
+Payloads, results and heartbeat and failure details are left out of a
+listing unless --payloads asks for them (with --output json); 'aion activity
+get' shows them for one activity.`,
 		Example: `  aion activity list --namespace demo
-  aion activity list --namespace demo --state failed --type charge --limit 10 --output json`,
+  aion activity list --namespace demo --state failed --type charge --limit 10 --output json
+  aion activity list --namespace demo --payloads --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ns == "" {
@@ -257,7 +263,7 @@ type. --limit caps how many are printed (0: all).`,
 			return a.withClient(cmd.Context(), func(c *client.Client) error {
 				ctx, cancel := a.unary(cmd.Context())
 				defer cancel()
-				opts := client.ListOptions{Namespace: ns, State: st, ActivityType: typ}
+				opts := client.ListOptions{Namespace: ns, State: st, ActivityType: typ, IncludePayloads: payloads}
 				if limit > 0 && limit < 1000 {
 					opts.PageSize = int32(limit)
 				}
@@ -281,5 +287,6 @@ type. --limit caps how many are printed (0: all).`,
 	fl.StringVar(&state, "state", "", "only activities in this state")
 	fl.StringVarP(&typ, "type", "t", "", "only activities of this type")
 	fl.IntVar(&limit, "limit", 50, "most activities to print (0: all)")
+	fl.BoolVar(&payloads, "payloads", false, "include payloads, results and details (left out of listings by default)")
 	return cmd
 }

@@ -158,6 +158,7 @@ type activityJSON struct {
 	State                  string          `json:"state"`
 	Attempt                int             `json:"attempt"`
 	Payload                json.RawMessage `json:"payload"`
+	PayloadSize            int             `json:"payload_size"`
 	Result                 json.RawMessage `json:"result"`
 	ScheduleToStartTimeout string          `json:"schedule_to_start_timeout"`
 	StartToCloseTimeout    string          `json:"start_to_close_timeout"`
@@ -272,6 +273,14 @@ func TestActivityCommandsWithTheDemoWorker(t *testing.T) {
 	all := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "demo", "-o", "json"))
 	if len(all) != 3 || all[0].ID != "doomed" || all[1].ID != "nap" || all[2].ActivityType != "echo" {
 		t.Fatalf("list -o json = %+v, want doomed, nap, echo (newest first)", all)
+	}
+	if p := all[2].Payload; len(p) != 0 || all[2].PayloadSize != len(`{"hello":"world"}`) || len(all[2].Result) != 0 {
+		t.Fatalf("list -o json: echo listed with payload %s (size %d) and result %s; want them left out, the size kept",
+			p, all[2].PayloadSize, all[2].Result)
+	}
+	full := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "demo", "--payloads", "-o", "json"))
+	if len(full) != 3 || compact(full[2].Payload) != `{"hello":"world"}` || compact(full[2].Result) != `{"hello":"world"}` {
+		t.Fatalf("list --payloads -o json: %+v, want echo's payload and result", full)
 	}
 	if limited := decode[[]activityJSON](t, r.ok(t, "activity", "list", "-n", "demo", "--limit", "2", "-o", "json")); len(limited) != 2 {
 		t.Fatalf("list --limit 2 printed %d", len(limited))

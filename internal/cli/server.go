@@ -47,6 +47,7 @@ type serverFlags struct {
 	lease           time.Duration
 	maxReceiveMiB   int64
 	tokens          []auth.APIKey
+	limits          limitFlags
 }
 
 // config checks the flags and builds the server configuration.
@@ -60,6 +61,9 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
+	if err := f.limits.apply(&cfg); err != nil {
+		return cfg, err
+	}
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -176,6 +180,7 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "max-receive-memory", "AION_MAX_RECEIVE_MEMORY")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
+	f.limits.register(fl, defaults)
 	var configPath string
 	var print bool
 	fl.StringVar(&configPath, "config", "", "TOML file with settings (keys are flag names with _, e.g. grpc_addr); flags and environment win over it")

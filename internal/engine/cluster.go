@@ -72,8 +72,11 @@ type claims struct {
 	failures int
 	// open is the last sample of open activities per namespace, and
 	// scheduled counts what this server scheduled since: together they are
-	// the pending count the per-namespace cap is checked against.
-	open, scheduled map[string]int
+	// the pending count and bytes the per-namespace caps are checked
+	// against.
+	open           map[string]store.OpenCount
+	scheduled      map[string]int
+	scheduledBytes map[string]int64
 	// graced marks prefer-namespace triples with a wake-up armed for when
 	// new work has aged past the grace; a notice clears it.
 	graced map[registry.Triple]bool
@@ -91,14 +94,15 @@ type claims struct {
 
 func newClaims() *claims {
 	return &claims{
-		dirty:     make(map[registry.Triple]struct{}),
-		empty:     make(map[registry.Triple]map[string]bool),
-		kick:      make(chan struct{}, 1),
-		orphans:   make(map[key]struct{}),
-		failing:   make(map[string]bool),
-		graced:    make(map[registry.Triple]bool),
-		open:      make(map[string]int),
-		scheduled: make(map[string]int),
+		dirty:          make(map[registry.Triple]struct{}),
+		empty:          make(map[registry.Triple]map[string]bool),
+		kick:           make(chan struct{}, 1),
+		orphans:        make(map[key]struct{}),
+		failing:        make(map[string]bool),
+		graced:         make(map[registry.Triple]bool),
+		open:           make(map[string]store.OpenCount),
+		scheduled:      make(map[string]int),
+		scheduledBytes: make(map[string]int64),
 	}
 }
 
@@ -365,7 +369,7 @@ func (e *Engine) markEmptyLocked(t registry.Triple, node string) {
 // adoptLocked starts the attempt a claim handed to this server on w, whose
 // slot is already taken.
 func (e *Engine) adoptLocked(rec store.Activity, w *registry.Worker, now time.Time) {
-	a := &activity{rec: rec, readyAt: rec.ReadyAt}
+	a := &activity{rec: rec, readyAt: rec.ReadyAt, size: rec.PayloadSize}
 	a.rec.Attempt-- // startLocked numbers the attempt
 	a.rec.State = store.StateScheduled
 	if a.readyAt.IsZero() || a.readyAt.After(now) {
@@ -440,8 +444,8 @@ func (e *Engine) runChores() {
 		} else {
 			e.choreFailed("sample the backlog", err)
 		}
-		if e.maxPending > 0 {
-			var open map[string]int
+		if e.maxPending > 0 || e.maxPendingBytes > 0 {
+			var open map[string]store.OpenCount
 			if err := e.call(func(ctx context.Context) (err error) {
 				open, err = e.cl.Store.OpenCounts(ctx)
 				return err
@@ -449,6 +453,7 @@ func (e *Engine) runChores() {
 				e.mu.Lock()
 				e.claims.open = open
 				clear(e.claims.scheduled)
+				clear(e.claims.scheduledBytes)
 				e.mu.Unlock()
 				e.choreOK("count open activities")
 			} else {
@@ -649,7 +654,16 @@ func (e *Engine) pendingLocked(ns string) int {
 	if e.cl == nil {
 		return e.pending[ns]
 	}
-	return e.claims.open[ns] + e.claims.scheduled[ns]
+	return e.claims.open[ns].Activities + e.claims.scheduled[ns]
+}
+
+// pendingBytesLocked is the payload bytes of ns's activities not closed
+// yet, as far as this server knows (as pendingLocked).
+func (e *Engine) pendingBytesLocked(ns string) int64 {
+	if e.cl == nil {
+		return e.pendingBytes[ns]
+	}
+	return e.claims.open[ns].PayloadBytes + e.claims.scheduledBytes[ns]
 }
 
 // clusterBacklog turns the last store sample into pool backlogs.

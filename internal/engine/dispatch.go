@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/aion-run/aion/internal/registry"
@@ -24,6 +25,12 @@ type activity struct {
 	lastHeartbeat    time.Time
 	// closing is set once a terminal outcome is decided, before it is durable.
 	closing bool
+	// size is the payload's length; rec.Payload is nil when the payload
+	// is not held in memory (see shedPayloadLocked).
+	size int
+	// unsent: the running attempt's task waits for its payload from the
+	// store, so its worker does not know of it yet.
+	unsent  bool
 	waiters []chan struct{}
 }
 
@@ -254,9 +261,52 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 		Deadline:         e.attemptDeadline(a, now),
 		HeartbeatDetails: a.rec.HeartbeatDetails,
 	}
+	a.unsent = a.rec.Payload == nil && a.size > 0
+	if a.unsent {
+		if !e.closed {
+			e.bg.Add(1)
+			go e.sendLoaded(a, w, task)
+		}
+		return
+	}
 	if conn, ok := w.Delivery().(Conn); ok {
 		// A failed send means the stream is closing; the worker's departure
 		// fails this attempt as worker_lost and it is retried.
+		_ = conn.SendTask(task)
+	}
+	e.shedPayloadLocked(a)
+}
+
+// FailurePayloadUnavailable fails an attempt whose payload could not be read
+// back from the store; it is retried.
+const FailurePayloadUnavailable = "payload_unavailable"
+
+// sendLoaded reads the payload of an attempt started without it in memory
+// and sends the task, unless the attempt ended meanwhile (a timeout, a
+// cancel, its worker leaving): then nothing is sent.
+func (e *Engine) sendLoaded(a *activity, w *registry.Worker, task Task) {
+	defer e.bg.Done()
+	var rec store.Activity
+	err := e.call(func(ctx context.Context) (err error) {
+		rec, err = e.st.GetActivity(ctx, task.Namespace, task.ActivityID)
+		return err
+	})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.open[a.key()] != a || a.closing || a.worker != w || a.rec.Attempt != task.Attempt {
+		return
+	}
+	if err != nil {
+		e.log.Error("read payload for an attempt", "namespace", task.Namespace, "activity", task.ActivityID, "err", err)
+		e.failAttemptLocked(a, &store.Failure{Type: FailurePayloadUnavailable, Retryable: true,
+			Message: fmt.Sprintf("the server could not read the payload of attempt %d: %v", task.Attempt, err)},
+			store.OutcomeFailed, e.now(), false)
+		e.dispatchWorkerLocked(w)
+		return
+	}
+	task.Payload = rec.Payload
+	a.unsent = false
+	if conn, ok := w.Delivery().(Conn); ok {
 		_ = conn.SendTask(task)
 	}
 }

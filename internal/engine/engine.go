@@ -92,6 +92,15 @@ type Config struct {
 	// once; more wait in their queues. 0 means no cap. In cluster mode the
 	// cap holds per server.
 	MaxInFlightPerNamespace int
+	// MaxPendingBytesPerNamespace caps the payload bytes of one namespace's
+	// activities not yet closed; Schedule past it fails with
+	// ErrResourceExhausted. 0 means no cap. In cluster mode it is checked
+	// against a sample taken every few seconds plus what this server
+	// scheduled since.
+	MaxPendingBytesPerNamespace int64
+	// MaxListBytes bounds the Size of the activities of one List page; 0
+	// means 4 MiB.
+	MaxListBytes int
 	// Cluster, when set, makes the engine one server of a cluster sharing
 	// the store; nil runs it alone, holding all open work in memory.
 	Cluster *ClusterConfig
@@ -164,6 +173,9 @@ type Engine struct {
 	obs        Observer
 	maxPending int
 	maxRunning int
+	// maxPendingBytes and maxListBytes are the byte caps of Config.
+	maxPendingBytes int64
+	maxListBytes    int
 
 	mu         sync.Mutex
 	open       map[key]*activity
@@ -175,7 +187,12 @@ type Engine struct {
 	// namespace, for the caps; entries are deleted at zero.
 	pending map[string]int
 	running map[string]int
-	timers  timerHeap
+	// pendingBytes sums the payload bytes of the open activities per
+	// namespace; entries are deleted at zero.
+	pendingBytes map[string]int64
+	// heldPayload sums the payloads held in memory (see shedPayloadLocked).
+	heldPayload int
+	timers      timerHeap
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
 	closed    bool
@@ -205,6 +222,9 @@ type attemptRef struct {
 func New(cfg Config) *Engine {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 2 << 20
+	}
+	if cfg.MaxListBytes <= 0 {
+		cfg.MaxListBytes = 4 << 20
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -244,14 +264,18 @@ func New(cfg Config) *Engine {
 		maxPending: cfg.MaxPendingPerNamespace,
 		maxRunning: cfg.MaxInFlightPerNamespace,
 		pending:    make(map[string]int),
-		running:    make(map[string]int),
-		open:       make(map[key]*activity),
-		queues:     make(map[registry.Triple]*pool),
-		inflight:   make(map[registry.WorkerID]map[key]*activity),
-		zombies:    make(map[registry.WorkerID]map[attemptRef]struct{}),
-		placements: make(map[string]store.Placement),
-		timerWake:  make(chan struct{}, 1),
-		stop:       make(chan struct{}),
+
+		maxPendingBytes: cfg.MaxPendingBytesPerNamespace,
+		maxListBytes:    cfg.MaxListBytes,
+		pendingBytes:    make(map[string]int64),
+		running:         make(map[string]int),
+		open:            make(map[key]*activity),
+		queues:          make(map[registry.Triple]*pool),
+		inflight:        make(map[registry.WorkerID]map[key]*activity),
+		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
+		placements:      make(map[string]store.Placement),
+		timerWake:       make(chan struct{}, 1),
+		stop:            make(chan struct{}),
 	}
 }
 
@@ -374,10 +398,13 @@ func (e *Engine) NoteNamespace(ns store.Namespace) {
 	}
 }
 
-// addOpenLocked and dropOpenLocked keep the per-namespace open count.
+// addOpenLocked and dropOpenLocked keep the per-namespace open count and
+// payload bytes, and the bytes of payloads held in memory.
 func (e *Engine) addOpenLocked(a *activity) {
 	e.open[a.key()] = a
 	e.pending[a.rec.Namespace]++
+	e.pendingBytes[a.rec.Namespace] += int64(a.size)
+	e.heldPayload += len(a.rec.Payload)
 }
 
 func (e *Engine) dropOpenLocked(a *activity) {
@@ -389,6 +416,31 @@ func (e *Engine) dropOpenLocked(a *activity) {
 	if e.pending[k.ns]--; e.pending[k.ns] <= 0 {
 		delete(e.pending, k.ns)
 	}
+	if e.pendingBytes[k.ns] -= int64(a.size); e.pendingBytes[k.ns] <= 0 {
+		delete(e.pendingBytes, k.ns)
+	}
+	e.heldPayload -= len(a.rec.Payload)
+}
+
+// Payloads of open activities are held in memory only while they are small
+// and few: a payload over inlinePayload bytes, or any payload once those
+// held reach heldPayloadBudget, is dropped from memory once durable and read
+// back from the store when an attempt starts. So a backlog of large
+// payloads costs the server its metadata only, not its payloads.
+const (
+	inlinePayload     = 64 << 10
+	heldPayloadBudget = 32 << 20
+)
+
+// shedPayloadLocked drops a's payload from memory if it should not be held
+// there (alone mode only: in cluster mode waiting work is in the store).
+func (e *Engine) shedPayloadLocked(a *activity) {
+	n := len(a.rec.Payload)
+	if e.cl != nil || n == 0 || e.open[a.key()] != a || (n <= inlinePayload && e.heldPayload <= heldPayloadBudget) {
+		return
+	}
+	a.rec.Payload = nil
+	e.heldPayload -= n
 }
 
 func (e *Engine) wakeTimers() {

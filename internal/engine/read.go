@@ -61,7 +61,8 @@ func (e *Engine) view(ctx context.Context, ns, id string) (View, error) {
 	}
 	if live.ID != "" && !rec.State.Terminal() {
 		// Memory is ahead of the store: a start is written without waiting.
-		live.Seq = rec.Seq
+		// The payload never changes and may not be held in memory.
+		live.Seq, live.Payload, live.PayloadSize = rec.Seq, rec.Payload, rec.PayloadSize
 		rec = live
 		if running != nil && (len(attempts) == 0 || attempts[len(attempts)-1].Number < running.Number) {
 			attempts = append(attempts, *running)
@@ -150,10 +151,16 @@ type ListFilter struct {
 	ActivityType string
 	PageSize     int
 	PageToken    string
+	// Payloads includes the payloads, results, heartbeat details and
+	// failure details, which a listing leaves out by default.
+	Payloads bool
 }
 
 // List returns one page of activities, newest first, and the token of the
-// next page ("" at the end).
+// next page ("" at the end). A page ends early, with a token, before the
+// Size of its activities passes the engine's MaxListBytes; its first
+// activity is always included, so such a page may be followed by an empty
+// one.
 func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilter) ([]store.Activity, string, error) {
 	if err := namespace.Authorize(caller, f.Namespace); err != nil {
 		return nil, "", fmt.Errorf("list activities: %w", err)
@@ -161,8 +168,8 @@ func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilt
 	if f.State != "" && !f.State.Valid() {
 		return nil, "", fmt.Errorf("list activities: state: %q is not a known state: %w", f.State, ErrInvalid)
 	}
-	if f.PageSize < 0 || f.PageSize > 1000 {
-		return nil, "", fmt.Errorf("list activities: page_size: %d, want 0 to 1000: %w", f.PageSize, ErrInvalid)
+	if f.PageSize < 0 || f.PageSize > MaxPageSize {
+		return nil, "", fmt.Errorf("list activities: page_size: %d, want 0 to %d: %w", f.PageSize, MaxPageSize, ErrInvalid)
 	}
 	size := f.PageSize
 	if size == 0 {
@@ -177,11 +184,19 @@ func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilt
 		before = n
 	}
 	recs, err := e.st.ListActivities(ctx, store.ActivityFilter{Namespace: f.Namespace, State: f.State,
-		ActivityType: f.ActivityType, Limit: size + 1, Before: before})
+		ActivityType: f.ActivityType, Limit: size + 1, Before: before, OmitPayloads: !f.Payloads, MaxBytes: e.maxListBytes})
 	if err != nil {
 		return nil, "", fmt.Errorf("list activities: %w", err)
 	}
 	next := ""
+	total := 0
+	for i := range recs {
+		if total += recs[i].Size(); total > e.maxListBytes {
+			recs = recs[:max(i, 1)]
+			next = strconv.FormatInt(recs[len(recs)-1].Seq, 10)
+			break
+		}
+	}
 	if len(recs) > size {
 		recs = recs[:size]
 		next = strconv.FormatInt(recs[size-1].Seq, 10)
@@ -189,11 +204,29 @@ func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilt
 	e.mu.Lock()
 	for i := range recs {
 		if a := e.open[key{recs[i].Namespace, recs[i].ID}]; a != nil && a.creating == nil && !recs[i].State.Terminal() {
-			seq := recs[i].Seq
-			recs[i] = a.rec
-			recs[i].Seq = seq
+			// Memory is ahead of the store, except for the payload, which
+			// never changes and may not be held in memory.
+			live := a.rec
+			live.Seq, live.Payload, live.PayloadSize = recs[i].Seq, recs[i].Payload, recs[i].PayloadSize
+			if !f.Payloads {
+				omitPayloads(&live)
+			}
+			recs[i] = live
 		}
 	}
 	e.mu.Unlock()
 	return recs, next, nil
+}
+
+// MaxPageSize caps the activities of one List page.
+const MaxPageSize = 1000
+
+// omitPayloads leaves out what a listing does not return by default.
+func omitPayloads(a *store.Activity) {
+	a.Payload, a.Result, a.HeartbeatDetails = nil, nil, nil
+	if f := a.Failure; f != nil && f.Details != nil {
+		c := *f
+		c.Details = nil
+		a.Failure = &c
+	}
 }

@@ -27,7 +27,7 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		e.NewWork(nil)
 		return 0, nil
 	}
-	open, err := e.st.OpenActivities(ctx)
+	open, err := e.st.OpenActivities(ctx, inlinePayload)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
@@ -37,8 +37,9 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		// Starts are not written, so an attempt cut short by the stop left
 		// the activity scheduled: it simply runs again.
 		rec.State = store.StateScheduled
-		a := &activity{rec: rec}
+		a := &activity{rec: rec, size: rec.PayloadSize}
 		e.addOpenLocked(a)
+		e.shedPayloadLocked(a)
 		if t := rec.Timeouts.ScheduleToClose; t > 0 {
 			e.armLocked(rec.ScheduledAt.Add(t), a.key(), 0, timerScheduleToClose)
 		}

@@ -170,6 +170,14 @@ func (e *Engine) abandonAttemptLocked(a *activity, reason string) {
 		e.reg.Release(w)
 		return
 	}
+	if a.unsent {
+		// Its task was never sent (it waited for its payload), so the
+		// worker will never report it: the slot is free now.
+		a.unsent = false
+		e.reg.Release(w)
+		e.dispatchWorkerLocked(w)
+		return
+	}
 	z := e.zombies[w.ID()]
 	if z == nil {
 		z = make(map[attemptRef]struct{})

@@ -112,15 +112,24 @@ func (e *Engine) reserve(s *slot) {
 		return
 	}
 	if e.maxPending > 0 && e.pendingLocked(k.ns) >= e.maxPending {
-		s.res.Err = fmt.Errorf("schedule: namespace %q has %d activities not yet closed, its cap: %w",
+		s.res.Err = fmt.Errorf("schedule: namespace %q has %d activities not yet closed, its cap (--max-pending-per-namespace): %w",
 			k.ns, e.pendingLocked(k.ns), ErrResourceExhausted)
 		close(s.done)
 		return
 	}
-	if e.cl != nil && e.maxPending > 0 {
-		e.claims.scheduled[k.ns]++
+	size := len(s.rec.Payload)
+	if held := e.pendingBytesLocked(k.ns); e.maxPendingBytes > 0 && held+int64(size) > e.maxPendingBytes {
+		s.res.Err = fmt.Errorf("schedule: payload: namespace %q holds %d payload bytes in activities not yet closed; "+
+			"%d more would pass its cap of %d (--max-pending-bytes-per-namespace): %w",
+			k.ns, held, size, e.maxPendingBytes, ErrResourceExhausted)
+		close(s.done)
+		return
 	}
-	a := &activity{rec: s.rec, creating: make(chan struct{})}
+	if e.cl != nil && (e.maxPending > 0 || e.maxPendingBytes > 0) { // cleared at each sample
+		e.claims.scheduled[k.ns]++
+		e.claims.scheduledBytes[k.ns] += int64(size)
+	}
+	a := &activity{rec: s.rec, creating: make(chan struct{}), size: size}
 	e.addOpenLocked(a)
 	e.commit.Submit(store.InsertActivity{Activity: s.rec}, func(created bool, err error) {
 		e.mu.Lock()
@@ -146,6 +155,7 @@ func (e *Engine) reserve(s *slot) {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
 			}
 			e.readyLocked(a, now)
+			e.shedPayloadLocked(a)
 		}
 	})
 }
@@ -166,6 +176,11 @@ func (e *Engine) awaitCreation(ctx context.Context, a *activity, want store.Acti
 	got := a.rec
 	lost := e.open[key{got.Namespace, got.ID}] != a && !got.State.Terminal()
 	e.mu.Unlock()
+	if got.Payload == nil {
+		// Not held in memory; the same request (same fingerprint) has the
+		// same payload.
+		got.Payload = want.Payload
+	}
 	if lost { // its insert failed, or the id belongs to a closed record
 		return e.compareDurable(ctx, want)
 	}
@@ -220,6 +235,7 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		ActivityType: r.ActivityType,
 		Node:         r.Node,
 		Payload:      r.Payload,
+		PayloadSize:  len(r.Payload),
 		Fingerprint:  fingerprint(r),
 		Timeouts:     e.timeouts(r.Timeouts),
 		Retry:        e.retry(r.Retry),

@@ -5,8 +5,15 @@
 // The bus keeps the topology those events describe, so a subscriber gets a
 // snapshot and the deltas after it from one lock: the snapshot as of sequence
 // N is followed by exactly the events N+1, N+2, … and nothing is seen twice
-// or missed. A subscriber that falls behind is dropped with ErrSlow; it never
-// slows a publisher.
+// or missed.
+//
+// Events are held once, in one ring shared by every subscriber (bounded in
+// count and in bytes); a subscriber is only a read position in it, so its
+// cost does not grow with the events it has not read, and a publisher's
+// cost does not grow with slow subscribers. A subscriber that falls further
+// behind than its bound is dropped with ErrSlow; it never slows a publisher.
+// What a subscriber derives from an event (its wire encoding) can be computed
+// once per event for all of them with Event.Memo.
 package events
 
 import (
@@ -15,18 +22,31 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 )
 
-// ErrSlow ends a subscription whose buffer filled: the subscriber did not
-// keep up and must subscribe again (getting a fresh snapshot).
-var ErrSlow = errors.New("subscriber too slow: event buffer full")
+// ErrSlow ends a subscription that fell further behind than its bound: the
+// subscriber did not keep up and must subscribe again (getting a fresh
+// snapshot).
+var ErrSlow = errors.New("subscriber too slow: it fell too far behind the event stream")
 
 // ErrClosed ends every subscription when the bus closes.
 var ErrClosed = errors.New("event bus closed")
+
+// Ring bounds: the events held for subscribers, by count and by approximate
+// bytes (pool samples of a large cluster are big). A subscriber may fall
+// behind by at most what the ring holds, whatever bound it asked for.
+const (
+	// RingEvents is the most events held.
+	RingEvents = 4096
+	// RingBytes bounds the approximate memory of the events held, including
+	// what Memo computed from them.
+	RingBytes = 16 << 20
+)
 
 // Kind names what an event says happened.
 type Kind string
@@ -65,6 +85,37 @@ type Event struct {
 	// Namespace is set for namespace_created and placement_changed.
 	Namespace *store.Namespace `json:"namespace,omitempty"`
 	Pools     []Pool           `json:"pools,omitempty"`
+
+	// memo is shared by every copy of a published event.
+	memo *memo
+}
+
+// memo holds what subscribers computed from one event, by key.
+type memo struct {
+	mu   sync.Mutex
+	vals map[any]any
+}
+
+// Memo returns f(e), computed once per published event and key however
+// many subscribers ask, so fanning an event out to many subscribers costs
+// one encoding. f must not depend on the subscriber. An event that was not
+// published through a bus computes f every time.
+func (e Event) Memo(key any, f func(Event) any) any {
+	m := e.memo
+	if m == nil {
+		return f(e)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.vals[key]; ok {
+		return v
+	}
+	v := f(e)
+	if m.vals == nil {
+		m.vals = make(map[any]any, 1)
+	}
+	m.vals[key] = v
+	return v
 }
 
 // Snapshot is the topology as of event Seq.
@@ -83,9 +134,19 @@ type Bus struct {
 	workers    map[registry.WorkerID]registry.WorkerInfo
 	namespaces map[string]store.Namespace
 	pools      []Pool
-	subs       map[*Subscription]struct{}
-	closed     bool
-	now        func() time.Time
+	// ring holds events first..seq at ring[seq%RingEvents]; sizes holds
+	// each one's approximate bytes and held their sum.
+	ring  []Event
+	sizes []int
+	first uint64
+	held  int
+	subs  map[*Subscription]struct{}
+	// wake is closed (and replaced) whenever subscribers may have something
+	// new: an event, or their own end.
+	wake    chan struct{}
+	closed  bool
+	dropped atomic.Uint64
+	now     func() time.Time
 }
 
 // New returns an empty bus.
@@ -93,7 +154,11 @@ func New() *Bus {
 	return &Bus{
 		workers:    make(map[registry.WorkerID]registry.WorkerInfo),
 		namespaces: make(map[string]store.Namespace),
+		ring:       make([]Event, RingEvents),
+		sizes:      make([]int, RingEvents),
+		first:      1,
 		subs:       make(map[*Subscription]struct{}),
+		wake:       make(chan struct{}),
 		now:        time.Now,
 	}
 }
@@ -108,8 +173,9 @@ func (b *Bus) Seed(nss []store.Namespace) {
 	}
 }
 
-// Publish numbers e, applies it to the topology and hands it to every
-// subscriber. It never blocks: a subscriber whose buffer is full is dropped.
+// Publish numbers e, applies it to the topology and makes it available to
+// every subscriber. It never blocks, and its cost does not depend on how far
+// behind subscribers are: a subscriber past its bound is dropped.
 func (b *Bus) Publish(e Event) uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -121,15 +187,62 @@ func (b *Bus) Publish(e Event) uint64 {
 	if e.Time.IsZero() {
 		e.Time = b.now()
 	}
+	e.memo = &memo{}
 	b.apply(e)
+	b.holdLocked(e)
 	for s := range b.subs {
-		select {
-		case s.ch <- e:
-		default:
-			b.dropLocked(s, ErrSlow)
+		if behind := b.seq - s.next + 1; behind > uint64(s.bound) || s.next < b.first {
+			b.endLocked(s, ErrSlow, min(s.next+uint64(s.bound), b.seq+1)-1)
+			b.dropped.Add(1)
 		}
 	}
+	b.wakeLocked()
 	return e.Seq
+}
+
+// holdLocked puts e in the ring, letting go of the oldest events while the
+// ring is over its bounds (the newest is always held).
+func (b *Bus) holdLocked(e Event) {
+	size := approxSize(e)
+	for b.first < e.Seq && (e.Seq-b.first >= RingEvents || b.held+size > RingBytes) {
+		i := b.first % RingEvents
+		b.held -= b.sizes[i]
+		b.ring[i], b.sizes[i] = Event{}, 0
+		b.first++
+	}
+	i := e.Seq % RingEvents
+	b.ring[i], b.sizes[i] = e, size
+	b.held += size
+}
+
+// approxSize estimates the memory an event holds, with room for one
+// encoding of it (about as large again) memoized beside it.
+func approxSize(e Event) int {
+	n := 128
+	if w := e.Worker; w != nil {
+		n += 160 + len(w.TaskQueue) + len(w.Node) + len(w.Identity) + len(w.SDKVersion) + len(w.Server)
+		for _, s := range w.Namespaces {
+			n += 16 + len(s)
+		}
+		for _, s := range w.ActivityTypes {
+			n += 16 + len(s)
+		}
+	}
+	if ns := e.Namespace; ns != nil {
+		n += 96 + len(ns.Name)
+		for _, s := range ns.Placement.Nodes {
+			n += 16 + len(s)
+		}
+	}
+	for _, p := range e.Pools {
+		n += 64 + len(p.Namespace) + len(p.TaskQueue)
+	}
+	return 2 * n
+}
+
+func (b *Bus) wakeLocked() {
+	close(b.wake)
+	b.wake = make(chan struct{})
 }
 
 func (b *Bus) apply(e Event) {
@@ -197,26 +310,30 @@ func (b *Bus) snapshotLocked() Snapshot {
 	return s
 }
 
-// Subscription receives the events after its snapshot.
+// Subscription receives the events after its snapshot. It is a position in
+// the bus's ring; it is read by one goroutine at a time.
 type Subscription struct {
-	bus  *Bus
-	ch   chan Event
-	done chan struct{}
+	bus *Bus
+	// next is the sequence number of the next event to deliver; bound is how
+	// far behind the newest event it may fall. Guarded by the bus lock.
+	next  uint64
+	bound int
+	// err ends the subscription once the events up to last are delivered.
 	err  error
+	last uint64
 }
 
 // Subscribe returns the topology as of now and a subscription that will
-// deliver every later event, buffering up to buffer of them.
-func (b *Bus) Subscribe(buffer int) (Snapshot, *Subscription) {
-	if buffer < 1 {
-		buffer = 1
-	}
-	s := &Subscription{bus: b, ch: make(chan Event, buffer), done: make(chan struct{})}
+// deliver every later event, as long as it never falls more than bound
+// events behind (at most RingEvents, and fewer when the events held pass
+// RingBytes).
+func (b *Bus) Subscribe(bound int) (Snapshot, *Subscription) {
+	bound = min(max(bound, 1), RingEvents)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	s := &Subscription{bus: b, next: b.seq + 1, bound: bound}
 	if b.closed {
-		s.err = ErrClosed
-		close(s.done)
+		s.err, s.last = ErrClosed, b.seq
 		return b.snapshotLocked(), s
 	}
 	b.subs[s] = struct{}{}
@@ -224,26 +341,39 @@ func (b *Bus) Subscribe(buffer int) (Snapshot, *Subscription) {
 }
 
 // Next returns the next event, or the error that ended the subscription:
-// ErrSlow, ErrClosed, or ctx's error.
+// ErrSlow, ErrClosed, or ctx's error. Events published before the
+// subscription ended are delivered first.
 func (s *Subscription) Next(ctx context.Context) (Event, error) {
-	select {
-	case e := <-s.ch:
-		return e, nil
-	default:
-	}
-	select {
-	case e := <-s.ch:
-		return e, nil
-	case <-s.done:
-		// Deliver what was buffered before the end.
-		select {
-		case e := <-s.ch:
-			return e, nil
-		default:
+	b := s.bus
+	for {
+		b.mu.Lock()
+		if s.next < b.first && s.next <= b.seq {
+			// The events it had not read are gone from the ring.
+			if s.err == nil {
+				b.endLocked(s, ErrSlow, s.next-1)
+				b.dropped.Add(1)
+			}
+			b.mu.Unlock()
+			return Event{}, ErrSlow
 		}
-		return Event{}, s.err
-	case <-ctx.Done():
-		return Event{}, ctx.Err()
+		if s.next <= b.seq && (s.err == nil || s.next <= s.last) {
+			e := b.ring[s.next%RingEvents]
+			s.next++
+			b.mu.Unlock()
+			return e, nil
+		}
+		if s.err != nil {
+			err := s.err
+			b.mu.Unlock()
+			return Event{}, err
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
 	}
 }
 
@@ -251,16 +381,17 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 func (s *Subscription) Close() {
 	s.bus.mu.Lock()
 	defer s.bus.mu.Unlock()
-	s.bus.dropLocked(s, ErrClosed)
+	s.bus.endLocked(s, ErrClosed, s.next-1)
 }
 
-func (b *Bus) dropLocked(s *Subscription, err error) {
+// endLocked ends s with err once the events up to last are delivered.
+func (b *Bus) endLocked(s *Subscription, err error, last uint64) {
 	if _, ok := b.subs[s]; !ok {
 		return
 	}
 	delete(b.subs, s)
-	s.err = err
-	close(s.done)
+	s.err, s.last = err, last
+	b.wakeLocked()
 }
 
 // Subscribers reports how many subscriptions are live.
@@ -270,12 +401,17 @@ func (b *Bus) Subscribers() int {
 	return len(b.subs)
 }
 
-// Close ends every subscription with ErrClosed.
+// Dropped reports how many subscriptions were ended with ErrSlow since the
+// bus started.
+func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
+
+// Close ends every subscription with ErrClosed, after the events already
+// published.
 func (b *Bus) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
 	for s := range b.subs {
-		b.dropLocked(s, ErrClosed)
+		b.endLocked(s, ErrClosed, b.seq)
 	}
 }

@@ -3,7 +3,11 @@ package events_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +183,114 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	_, other := events.New().Subscribe(1)
 	if _, err := other.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
+	}
+}
+
+// A subscriber that never reads costs the bus nothing per event: it holds
+// no buffer of its own, publishers never wait for it, and once it falls
+// more than its bound behind it is dropped and counted, its reads giving
+// the events within its bound and then ErrSlow.
+func TestSubscriberThatNeverReadsIsDroppedAndHoldsNoBuffer(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	const subscribers, bound = 500, 4000
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	subs := make([]*events.Subscription, subscribers)
+	for i := range subs {
+		_, subs[i] = b.Subscribe(bound)
+	}
+	for i := range bound {
+		b.Publish(connected(uint64(i)))
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// A buffer of bound events per subscriber would be over 200 MB here.
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 32<<20 {
+		t.Fatalf("%d idle subscribers and %d events grew the heap by %d MB", subscribers, bound, grown>>20)
+	}
+	if b.Dropped() != 0 || b.Subscribers() != subscribers {
+		t.Fatalf("at their bound: %d dropped, %d subscribed; want none dropped", b.Dropped(), b.Subscribers())
+	}
+	b.Publish(connected(bound))
+	if b.Dropped() != subscribers || b.Subscribers() != 0 {
+		t.Fatalf("past their bound: %d dropped, %d subscribed; want all %d dropped", b.Dropped(), b.Subscribers(), subscribers)
+	}
+	for i := range bound {
+		if e := next(t, subs[0]); e.Seq != uint64(i+1) {
+			t.Fatalf("dropped subscriber read seq %d, want %d", e.Seq, i+1)
+		}
+	}
+	if _, err := subs[0].Next(context.Background()); !errors.Is(err, events.ErrSlow) {
+		t.Fatalf("after its bound: %v, want ErrSlow", err)
+	}
+	runtime.KeepAlive(subs)
+}
+
+// The ring is bounded in bytes as well as in events: large pool samples
+// push old events out, and a subscriber that had not read them is told it
+// is too slow rather than given a gap.
+func TestRingIsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	_, sub := b.Subscribe(events.RingEvents)
+	defer sub.Close()
+	pools := make([]events.Pool, 1000)
+	for i := range pools {
+		pools[i] = events.Pool{Namespace: fmt.Sprint("namespace-", i), TaskQueue: "default"}
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 2000 {
+		// Each sample its own slice, as publishPoolStats does.
+		b.Publish(events.Event{Kind: events.PoolStatsUpdated, Pools: slices.Clone(pools)})
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 2*events.RingBytes {
+		t.Fatalf("2000 pool samples of 1000 pools held %d MB, want about %d MB at most", grown>>20, events.RingBytes>>20)
+	}
+	if _, err := sub.Next(context.Background()); !errors.Is(err, events.ErrSlow) {
+		t.Fatalf("reading an event pushed out of the ring: %v, want ErrSlow", err)
+	}
+	if b.Dropped() != 1 {
+		t.Fatalf("%d subscribers dropped, want 1", b.Dropped())
+	}
+}
+
+// What subscribers derive from an event is computed once, however many
+// subscribers ask for it.
+func TestMemoComputesOncePerEvent(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	subs := make([]*events.Subscription, 50)
+	for i := range subs {
+		_, subs[i] = b.Subscribe(4)
+	}
+	b.Publish(connected(1))
+	type key struct{}
+	var calls atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		wg.Go(func() {
+			defer s.Close()
+			e, err := s.Next(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got := e.Memo(key{}, func(e events.Event) any { calls.Add(1); return fmt.Sprint("frame ", e.Seq) })
+			if got != "frame 1" {
+				t.Errorf("memo = %v", got)
+			}
+		})
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the encoding ran %d times for %d subscribers, want once", n, len(subs))
 	}
 }

@@ -112,6 +112,7 @@ func (a *activityService) List(ctx context.Context, r *aionv1.ListActivitiesRequ
 		ActivityType: r.GetActivityType(),
 		PageSize:     int(r.GetPageSize()),
 		PageToken:    r.GetPageToken(),
+		Payloads:     r.GetIncludePayloads(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

@@ -58,6 +58,41 @@ type Config struct {
 	// InsecureAllowNoAuth lets a server with auth "none" listen on an
 	// address other than loopback.
 	InsecureAllowNoAuth bool
+
+	// MaxPendingBytesPerNamespace caps the total input (payload) bytes of a
+	// namespace's activities not yet closed (Schedule past it is
+	// ResourceExhausted); 0 means no cap.
+	MaxPendingBytesPerNamespace int64
+	// MaxListBytes bounds one page of an activity listing: a page stops
+	// early, with a next-page token, before its activities pass it. The first
+	// activity of a page is always returned.
+	MaxListBytes int
+	// Conn bounds how long connections may be held without progress.
+	Conn ConnLimits
+}
+
+// ConnLimits are the connection timeouts of the gRPC and HTTP listeners.
+// Zero durations mean none (not recommended on an exposed server).
+type ConnLimits struct {
+	// GRPCHandshakeTimeout closes a gRPC connection that has not finished
+	// its handshake (TLS and the HTTP/2 preface) in time.
+	GRPCHandshakeTimeout time.Duration
+	// GRPCIdleTimeout closes a gRPC connection without any call or stream
+	// for this long; clients reconnect transparently on their next call.
+	GRPCIdleTimeout time.Duration
+	// GRPCMaxStreams caps the calls and streams open at once on one gRPC
+	// connection; a client past it waits for one to end. 0 means no cap.
+	GRPCMaxStreams uint32
+	// HTTPReadHeaderTimeout bounds reading a request's headers.
+	HTTPReadHeaderTimeout time.Duration
+	// HTTPReadTimeout bounds reading a whole request, body included.
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout bounds writing one response; on the event stream it
+	// bounds each write, so a reader that stops reading is cut off.
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout closes a keep-alive connection waiting this long for
+	// its next request.
+	HTTPIdleTimeout time.Duration
 }
 
 // AuthConfig selects and configures authentication.
@@ -94,5 +129,24 @@ func Defaults() Config {
 		Lease:            10 * time.Second,
 		MaxReceiveMemory: defaultReceiveMemory,
 		Auth:             AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
+
+		MaxPendingBytesPerNamespace: 1 << 30,
+		MaxListBytes:                4 << 20,
+		Conn:                        DefaultConnLimits(),
+	}
+}
+
+// DefaultConnLimits are the connection timeouts a server starts with: long
+// enough for a slow honest client, short enough that a connection held open
+// without progress is let go within a minute or two.
+func DefaultConnLimits() ConnLimits {
+	return ConnLimits{
+		GRPCHandshakeTimeout:  10 * time.Second,
+		GRPCIdleTimeout:       5 * time.Minute,
+		GRPCMaxStreams:        1000,
+		HTTPReadHeaderTimeout: 10 * time.Second,
+		HTTPReadTimeout:       30 * time.Second,
+		HTTPWriteTimeout:      30 * time.Second,
+		HTTPIdleTimeout:       2 * time.Minute,
 	}
 }

@@ -115,6 +115,7 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		StartedTime:            ts(a.StartedAt),
 		ClosedTime:             ts(a.ClosedAt),
 		LastHeartbeatDetails:   a.HeartbeatDetails,
+		PayloadSize:            uint64(max(a.PayloadSize, len(a.Payload))),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{

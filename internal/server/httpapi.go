@@ -82,6 +82,13 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 				}
 				req.PageSize = int32(n)
 			}
+			if v := q.Get("include_payloads"); v != "" {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return nil, status.Errorf(codes.InvalidArgument, "include_payloads: %q is not true or false", v)
+				}
+				req.IncludePayloads = b
+			}
 			return acts.List(ctx, req)
 		})
 	})
@@ -172,71 +179,91 @@ func writeError(w http.ResponseWriter, err error) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"code": st.Code().String(), "message": st.Message()})
 }
 
+// sseKeepalive is how often an idle event stream gets a comment line, so
+// proxies and the client see it alive (and a vanished client is noticed).
+const sseKeepalive = 15 * time.Second
+
+// sseFrame memoizes an event's SSE frame, encoded once per event for every
+// subscriber (see events.Event.Memo).
+type sseFrame struct{}
+
 // serveEvents streams the cluster events as Server-Sent Events: first a
 // snapshot, then every delta, each as protojson of a ClusterEvent with the
 // sequence as the SSE id and the kind as the SSE event name.
+//
+// Each write must finish within the HTTP write timeout: a client that stops
+// reading is cut off once its socket buffers are full, rather than holding
+// its connection for ever. A client that falls too far behind the bus is
+// dropped with an `error` event; reconnecting gets a fresh snapshot.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, status.Error(codes.Internal, "streaming unsupported"))
-		return
-	}
+	rc := http.NewResponseController(w)
 	snap, sub := s.bus.Subscribe(watchBuffer)
 	defer sub.Close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
-	send := func(kind string, e *aionv1.ClusterEvent) error {
-		b, err := jsonOut.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.GetSequence(), kind, b); err != nil {
-			return err
-		}
-		flusher.Flush()
-		return nil
+	if r.ProtoMajor == 1 {
+		// The connection is the stream's alone: when the stream ends (a
+		// subscriber dropped for falling behind, a write past its
+		// deadline) it is closed rather than kept for another request.
+		// (On HTTP/2 the stream ends alone; this header would close the
+		// whole connection.)
+		w.Header().Set("Connection", "close")
 	}
-	if send("snapshot", snapshotToProto(snap, s)) != nil {
+	write := func(b []byte) error {
+		if d := s.cfg.Conn.HTTPWriteTimeout; d > 0 {
+			// Not every ResponseWriter has deadlines; then there is none.
+			_ = rc.SetWriteDeadline(time.Now().Add(d))
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	first, err := sseEncode("snapshot", snapshotToProto(snap, s))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	keepalive := time.NewTicker(15 * time.Second)
-	defer keepalive.Stop()
-	next := make(chan events.Event)
-	fail := make(chan error, 1)
-	go func() {
-		for {
-			e, err := sub.Next(r.Context())
-			if err != nil {
-				fail <- err
-				return
-			}
-			select {
-			case next <- e:
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}()
+	if write(first) != nil {
+		return
+	}
 	for {
-		select {
-		case e := <-next:
-			if send(string(e.Kind), eventToProto(e, s)) != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), sseKeepalive)
+		e, err := sub.Next(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			frame := e.Memo(sseFrame{}, func(e events.Event) any {
+				b, err := sseEncode(string(e.Kind), eventToProto(e, s))
+				if err != nil {
+					return err
+				}
+				return b
+			})
+			b, ok := frame.([]byte)
+			if !ok || write(b) != nil {
 				return
 			}
-		case err := <-fail:
-			if errors.Is(err, events.ErrSlow) {
-				fmt.Fprintf(w, "event: error\ndata: {\"code\":\"ResourceExhausted\",\"message\":%q}\n\n", err.Error()+"; reconnect for a fresh snapshot")
-				flusher.Flush()
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			if write([]byte(": keepalive\n\n")) != nil {
+				return
 			}
+		case errors.Is(err, events.ErrSlow):
+			_ = write(fmt.Appendf(nil, "event: error\ndata: {\"code\":\"ResourceExhausted\",\"message\":%q}\n\n",
+				err.Error()+"; reconnect for a fresh snapshot"))
 			return
-		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
-				return
-			}
-			flusher.Flush()
-		case <-r.Context().Done():
+		default:
 			return
 		}
 	}
+}
+
+// sseEncode is one SSE frame of a cluster event.
+func sseEncode(kind string, e *aionv1.ClusterEvent) ([]byte, error) {
+	b, err := jsonOut.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.GetSequence(), kind, b), nil
 }

@@ -82,6 +82,7 @@ type Server struct {
 	memberLost   atomic.Bool
 	drainUntil   atomic.Int64
 	stopOnce     sync.Once
+	httpOpen     atomic.Int64 // HTTP connections open
 }
 
 // Start opens the store, recovers open activities, and starts serving. The
@@ -101,6 +102,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	if err := checkExposure(cfg); err != nil {
 		return nil, err
+	}
+	if err := cfg.Conn.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxPendingBytesPerNamespace < 0 || cfg.MaxListBytes < 0 {
+		return nil, fmt.Errorf("--max-pending-bytes-per-namespace %d / --max-list-bytes %d: must not be negative",
+			cfg.MaxPendingBytesPerNamespace, cfg.MaxListBytes)
 	}
 	authn, err := newAuthenticator(cfg.Auth)
 	if err != nil {
@@ -203,6 +211,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		MaxPendingPerNamespace:  cfg.MaxPendingPerNamespace,
 		MaxInFlightPerNamespace: cfg.MaxInFlightPerNamespace,
 		CommitterOptions:        store.CommitterOptions{Observe: s.metrics.Commit},
+
+		MaxPendingBytesPerNamespace: cfg.MaxPendingBytesPerNamespace,
+		MaxListBytes:                cfg.MaxListBytes,
 	})
 	stopEarly := func(err error) (*Server, error) {
 		s.eng.Close()
@@ -240,6 +251,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	opts = append(opts, connectionOptions(cfg.Conn)...)
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 		s.httpLis = tls.NewListener(s.httpLis, tlsConfig)
@@ -279,7 +291,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: s.httpAuth(mux), ReadHeaderTimeout: 10 * time.Second}
+	s.http = httpServer(s.httpAuth(mux), cfg.Conn, &s.httpOpen)
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop

@@ -79,6 +79,9 @@ type Activity struct {
 	// Node pins the activity to workers on that node; empty means no pin.
 	Node    string
 	Payload []byte
+	// PayloadSize is the payload's length in bytes. Reads set it also when
+	// they leave the payload itself out.
+	PayloadSize int
 	// Fingerprint identifies the request that scheduled the activity, so
 	// a repeated schedule with the same id can be told apart from a
 	// different request reusing it.
@@ -157,6 +160,28 @@ type ActivityFilter struct {
 	// Before continues a listing: only activities scheduled before the one
 	// with this Seq (newest first). 0 starts at the newest.
 	Before int64
+	// OmitPayloads leaves the payload, result and heartbeat details and the
+	// failure's details out of the activities returned (PayloadSize is set).
+	OmitPayloads bool
+	// MaxBytes, when more than 0, stops the listing after the activity that
+	// takes the Size of those returned past it, so a listing of large
+	// activities holds about MaxBytes in memory rather than Limit of them.
+	MaxBytes int
+}
+
+// Size is roughly the bytes an activity takes in memory and in a response:
+// its caller-supplied fields, payload, result, heartbeat details and
+// failure, plus a fixed allowance for the rest.
+func (a *Activity) Size() int {
+	n := 128 + len(a.Namespace) + len(a.ID) + len(a.TaskQueue) + len(a.ActivityType) + len(a.Node) +
+		len(a.Payload) + len(a.Result) + len(a.HeartbeatDetails)
+	for _, t := range a.Retry.NonRetryableErrorTypes {
+		n += len(t)
+	}
+	if f := a.Failure; f != nil {
+		n += len(f.Message) + len(f.Type) + len(f.Details)
+	}
+	return n
 }
 
 // ActivityStore keeps activities and their attempts.
@@ -172,6 +197,7 @@ type ActivityStore interface {
 	// ListActivities returns matching activities, newest first.
 	ListActivities(ctx context.Context, f ActivityFilter) ([]Activity, error)
 	// OpenActivities returns every activity not in a terminal state, oldest
-	// first, for recovery after a restart.
-	OpenActivities(ctx context.Context) ([]Activity, error)
+	// first, for recovery after a restart. Payloads longer than inline bytes
+	// are left out (PayloadSize is set); a negative inline keeps them all.
+	OpenActivities(ctx context.Context, inline int) ([]Activity, error)
 }

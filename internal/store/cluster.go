@@ -172,8 +172,9 @@ type Cluster interface {
 	RunningAttempt(ctx context.Context, namespace, id string) (*Attempt, error)
 	// Waiting reports the waiting, ready work per pool.
 	Waiting(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
-	// OpenCounts reports, per namespace, the activities not closed yet.
-	OpenCounts(ctx context.Context) (map[string]int, error)
+	// OpenCounts reports, per namespace, the activities not closed yet and
+	// the bytes of their payloads.
+	OpenCounts(ctx context.Context) (map[string]OpenCount, error)
 
 	// PutWorker records or replaces a connected worker; DeleteWorker
 	// removes it; Workers lists every recorded worker.
@@ -191,4 +192,10 @@ type Cluster interface {
 	// Listen delivers notices to fn until ctx ends, reconnecting as needed
 	// (after which it delivers NoticeReconnected). It returns ctx's error.
 	Listen(ctx context.Context, self ServerID, fn func(Notice)) error
+}
+
+// OpenCount is what a namespace holds in activities not closed yet.
+type OpenCount struct {
+	Activities   int
+	PayloadBytes int64
 }

@@ -11,9 +11,34 @@ import (
 // zero time) so they round-trip exactly; timeouts, retry policy and failure
 // are JSON.
 
-// ActivityColumns lists the activity columns in the order ActivityRow scans them.
+// ActivityColumns lists the activity columns in the order ActivityRow scans
+// them; the last one is the payload's length.
 const ActivityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
-	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at`
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0)`
+
+// activityColumns is ActivityColumns with the bulky columns read through
+// the given expressions.
+func activityColumns(payload, result, failure, heartbeat string) string {
+	return `seq, namespace, id, task_queue, activity_type, node, ` + payload + `, fingerprint, timeouts, retry,
+	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0)`
+}
+
+// ActivityColumnsWithoutPayloads is ActivityColumns for a listing that
+// leaves the bulky fields out: payload, result and heartbeat details read as
+// NULL (the payload's length is still read), and failure is the backend's
+// expression for the failure column without its details.
+func ActivityColumnsWithoutPayloads(failure string) string {
+	return activityColumns("NULL", "NULL", failure, "NULL")
+}
+
+// ActivityColumnsInline is ActivityColumns with payloads longer than inline
+// bytes read as NULL; a negative inline reads every payload.
+func ActivityColumnsInline(inline int) string {
+	if inline < 0 {
+		return ActivityColumns
+	}
+	return activityColumns(fmt.Sprintf("CASE WHEN length(payload) <= %d THEN payload END", inline), "result", "failure", "heartbeat")
+}
 
 // ActivityRow receives one scanned activity row; Decode turns it into an Activity.
 type ActivityRow struct {
@@ -28,7 +53,7 @@ func (r *ActivityRow) Dest() []any {
 	a := &r.a
 	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
 		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
-		&r.scheduled, &r.started, &r.ready, &r.closedA}
+		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize}
 }
 
 // Decode returns the activity the row holds.

@@ -259,8 +259,10 @@ type Activity struct {
 	Attempts []*Attempt `protobuf:"bytes,19,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// Details of the last accepted heartbeat; empty if none.
 	LastHeartbeatDetails []byte `protobuf:"bytes,20,opt,name=last_heartbeat_details,json=lastHeartbeatDetails,proto3" json:"last_heartbeat_details,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Size of the payload in bytes, set also when a listing leaves the payload out.
+	PayloadSize   uint64 `protobuf:"varint,21,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Activity) Reset() {
@@ -431,6 +433,13 @@ func (x *Activity) GetLastHeartbeatDetails() []byte {
 		return x.LastHeartbeatDetails
 	}
 	return nil
+}
+
+func (x *Activity) GetPayloadSize() uint64 {
+	if x != nil {
+		return x.PayloadSize
+	}
+	return 0
 }
 
 // Attempt is one delivery of an activity to one worker.
@@ -1236,9 +1245,13 @@ type ListActivitiesRequest struct {
 	// Maximum activities per page; 0 means the server default, larger values are capped.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Include each activity's payload, result, heartbeat details and failure
+	// details. By default they are left out (payload_size still tells the
+	// payload's size): Get returns them for one activity.
+	IncludePayloads bool `protobuf:"varint,6,opt,name=include_payloads,json=includePayloads,proto3" json:"include_payloads,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListActivitiesRequest) Reset() {
@@ -1306,12 +1319,22 @@ func (x *ListActivitiesRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListActivitiesRequest) GetIncludePayloads() bool {
+	if x != nil {
+		return x.IncludePayloads
+	}
+	return false
+}
+
 // ListActivitiesResponse is one page of activities.
 type ListActivitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The activities of this page.
 	Activities []*Activity `protobuf:"bytes,1,rep,name=activities,proto3" json:"activities,omitempty"`
-	// Token for the next page; empty on the last page.
+	// Token for the next page; empty on the last page. A page may end before
+	// page_size activities when the next one would pass the server's byte
+	// bound for one page (--max-list-bytes); its first activity is always
+	// included.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1503,7 +1526,7 @@ var File_aion_v1_activity_proto protoreflect.FileDescriptor
 
 const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\a\n" +
+	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\a\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1527,7 +1550,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\vclosed_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"closedTime\x12,\n" +
 	"\battempts\x18\x13 \x03(\v2\x10.aion.v1.AttemptR\battempts\x124\n" +
-	"\x16last_heartbeat_details\x18\x14 \x01(\fR\x14lastHeartbeatDetails\"\xab\x02\n" +
+	"\x16last_heartbeat_details\x18\x14 \x01(\fR\x14lastHeartbeatDetails\x12!\n" +
+	"\fpayload_size\x18\x15 \x01(\x04R\vpayloadSize\"\xab\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x12\n" +
@@ -1578,14 +1602,15 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"?\n" +
 	"\x0eCancelResponse\x12-\n" +
-	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\"\xc4\x01\n" +
+	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\"\xef\x01\n" +
 	"\x15ListActivitiesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12,\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x16.aion.v1.ActivityStateR\x05state\x12#\n" +
 	"\ractivity_type\x18\x03 \x01(\tR\factivityType\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"s\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12)\n" +
+	"\x10include_payloads\x18\x06 \x01(\bR\x0fincludePayloads\"s\n" +
 	"\x16ListActivitiesResponse\x121\n" +
 	"\n" +
 	"activities\x18\x01 \x03(\v2\x11.aion.v1.ActivityR\n" +

@@ -179,7 +179,11 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = $1`
+	cols := store.ActivityColumns
+	if f.OmitPayloads {
+		cols = store.ActivityColumnsWithoutPayloads(`failure - 'details'`)
+	}
+	q := `SELECT ` + cols + ` FROM activities WHERE namespace = $1`
 	args := []any{f.Namespace}
 	if f.State != "" {
 		args = append(args, string(f.State))
@@ -195,13 +199,16 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	}
 	args = append(args, limit)
 	q += fmt.Sprintf(` ORDER BY seq DESC LIMIT $%d`, len(args))
+	if f.MaxBytes > 0 {
+		return s.queryActivitiesUpTo(ctx, "list activities", f.MaxBytes, q, args...)
+	}
 	return s.queryActivities(ctx, "list activities", q, args...)
 }
 
 // OpenActivities implements store.ActivityStore.
-func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
+func (s *Store) OpenActivities(ctx context.Context, inline int) ([]store.Activity, error) {
 	return s.queryActivities(ctx, "load open activities",
-		`SELECT `+store.ActivityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+		`SELECT `+store.ActivityColumnsInline(inline)+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
 }
 
 func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
@@ -211,6 +218,32 @@ func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any
 	}
 	out, err := pgx.CollectRows(rows, activityRow)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// queryActivitiesUpTo is queryActivities that stops after the activity that
+// takes the total Size past maxBytes.
+func (s *Store) queryActivitiesUpTo(ctx context.Context, what string, maxBytes int, q string, args ...any) ([]store.Activity, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []store.Activity
+	size := 0
+	for rows.Next() {
+		a, err := activityRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, a)
+		if size += a.Size(); size > maxBytes {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil

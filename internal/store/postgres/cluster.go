@@ -517,18 +517,23 @@ func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBack
 }
 
 // OpenCounts implements store.Cluster.
-func (s *Store) OpenCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace, count(*) FROM activities
+func (s *Store) OpenCounts(ctx context.Context) (map[string]store.OpenCount, error) {
+	// octet_length of a bytea reads its stored length, not the value.
+	rows, err := s.pool.Query(ctx, `SELECT namespace, count(*), coalesce(sum(octet_length(payload)), 0)::bigint FROM activities
 		WHERE state IN ('scheduled', 'running') GROUP BY namespace`)
 	if err != nil {
 		return nil, fmt.Errorf("count open activities: %w", err)
 	}
-	out := make(map[string]int)
+	out := make(map[string]store.OpenCount)
 	var (
-		ns string
-		n  int
+		ns    string
+		n     int
+		bytes int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ns, &n}, func() error { out[ns] = n; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&ns, &n, &bytes}, func() error {
+		out[ns] = store.OpenCount{Activities: n, PayloadBytes: bytes}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("count open activities: %w", err)
 	}

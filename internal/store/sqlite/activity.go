@@ -160,7 +160,11 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = ?`
+	cols := store.ActivityColumns
+	if f.OmitPayloads {
+		cols = store.ActivityColumnsWithoutPayloads(`json_remove(failure, '$.details')`)
+	}
+	q := `SELECT ` + cols + ` FROM activities WHERE namespace = ?`
 	args := []any{f.Namespace}
 	if f.State != "" {
 		q += ` AND state = ?`
@@ -176,28 +180,34 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	}
 	q += ` ORDER BY seq DESC LIMIT ?`
 	args = append(args, limit)
-	return s.queryActivities(ctx, "list activities", q, args...)
+	return s.queryActivities(ctx, "list activities", f.MaxBytes, q, args...)
 }
 
 // OpenActivities implements store.ActivityStore.
-func (s *Store) OpenActivities(ctx context.Context) ([]store.Activity, error) {
-	return s.queryActivities(ctx, "load open activities",
-		`SELECT `+store.ActivityColumns+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
+func (s *Store) OpenActivities(ctx context.Context, inline int) ([]store.Activity, error) {
+	return s.queryActivities(ctx, "load open activities", 0,
+		`SELECT `+store.ActivityColumnsInline(inline)+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)
 }
 
-func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
+// queryActivities reads the activities q selects; with maxBytes above 0 it
+// stops after the one that takes their total Size past it.
+func (s *Store) queryActivities(ctx context.Context, what string, maxBytes int, q string, args ...any) ([]store.Activity, error) {
 	rows, err := s.reader.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []store.Activity
+	size := 0
 	for rows.Next() {
 		a, err := scanActivity(rows)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, a)
+		if size += a.Size(); maxBytes > 0 && size > maxBytes {
+			break
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)

@@ -164,12 +164,77 @@ func runActivity(t *testing.T, open Opener) {
 		if got := idsOf(done); got != "[a0]" {
 			t.Fatalf("state filter = %s", got)
 		}
-		open, err := s.OpenActivities(ctx)
+		open, err := s.OpenActivities(ctx, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := idsOf(open); got != "[a1 a2 a3 a4 a5 a6 x]" {
 			t.Fatalf("open activities = %s, want every non-terminal one oldest first", got)
+		}
+	})
+
+	t.Run("ReadsCanLeaveBulkyFieldsOut", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		small, big, failed := newActivity("ns", "small"), newActivity("ns", "big"), newActivity("ns", "failed")
+		big.Payload = make([]byte, 10_000)
+		apply(t, s, store.InsertActivity{Activity: small}, store.InsertActivity{Activity: big}, store.InsertActivity{Activity: failed},
+			store.EndAttempt{Namespace: "ns", ID: "failed", State: store.StateFailed, ClosedAt: time.Now(), HeartbeatDetails: []byte("hb"),
+				ActivityFailure: &store.Failure{Type: "boom", Message: "it broke", Details: []byte("details")}})
+
+		read, err := s.GetActivity(ctx, "ns", "big")
+		if err != nil || len(read.Payload) != 10_000 || read.PayloadSize != 10_000 {
+			t.Fatalf("get: payload of %d bytes, size %d, err %v; want 10000 and 10000", len(read.Payload), read.PayloadSize, err)
+		}
+		open, err := s.OpenActivities(ctx, 100)
+		if err != nil || idsOf(open) != "[small big]" {
+			t.Fatalf("open activities = %s, %v", idsOf(open), err)
+		}
+		if string(open[0].Payload) != `{"n":1}` || open[1].Payload != nil || open[1].PayloadSize != 10_000 {
+			t.Fatalf("inline 100: payloads %q (size %d) and %d bytes (size %d); want the small one kept, the big one left out with its size",
+				open[0].Payload, open[0].PayloadSize, len(open[1].Payload), open[1].PayloadSize)
+		}
+
+		light, err := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", OmitPayloads: true})
+		if err != nil || idsOf(light) != "[failed big small]" {
+			t.Fatalf("list without payloads = %s, %v", idsOf(light), err)
+		}
+		f := light[0]
+		if f.Payload != nil || f.HeartbeatDetails != nil || f.Failure == nil || f.Failure.Details != nil ||
+			f.Failure.Message != "it broke" || f.Failure.Type != "boom" || f.PayloadSize != len(`{"n":1}`) {
+			t.Fatalf("list without payloads returned %+v (failure %+v)", f, f.Failure)
+		}
+		if light[1].Payload != nil || light[1].PayloadSize != 10_000 {
+			t.Fatalf("list without payloads: big has %d payload bytes, size %d", len(light[1].Payload), light[1].PayloadSize)
+		}
+		full, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns"})
+		if f := full[0]; string(f.HeartbeatDetails) != "hb" || f.Failure == nil || string(f.Failure.Details) != "details" || len(full[1].Payload) != 10_000 {
+			t.Fatalf("list with payloads lost them: %+v", f)
+		}
+	})
+
+	t.Run("ListStopsAfterTheActivityPastMaxBytes", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		var ws []store.Write
+		for i := range 5 {
+			a := newActivity("ns", fmt.Sprintf("a%d", i))
+			a.Payload = make([]byte, 1000)
+			ws = append(ws, store.InsertActivity{Activity: a})
+		}
+		apply(t, s, ws...)
+		one := newActivity("ns", "a0")
+		one.Payload = make([]byte, 1000)
+		size := one.Size()
+		got, err := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", MaxBytes: 2*size + 1})
+		if err != nil || idsOf(got) != "[a4 a3 a2]" {
+			t.Fatalf("list up to %d bytes = %s, %v; want the two that fit and the one that passed the bound", 2*size+1, idsOf(got), err)
+		}
+		if got, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", MaxBytes: 1}); idsOf(got) != "[a4]" {
+			t.Fatalf("list up to 1 byte = %s, want the first activity alone", idsOf(got))
+		}
+		if got, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", MaxBytes: 1, OmitPayloads: true, Limit: 2}); len(got) != 1 {
+			t.Fatalf("list without payloads up to 1 byte returned %d activities, want 1", len(got))
 		}
 	})
 
@@ -202,7 +267,7 @@ func runActivity(t *testing.T, open Opener) {
 		if _, err := c.Commit(ctx, store.InsertActivity{Activity: newActivity("ns", "late")}); !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("commit after close: %v, want ErrClosed", err)
 		}
-		all, err := s.OpenActivities(ctx)
+		all, err := s.OpenActivities(ctx, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

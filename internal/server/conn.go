@@ -1,0 +1,84 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Server-initiated keepalive on gRPC connections: a connection whose peer
+// stopped answering (a vanished client holding a stream open) is closed
+// after keepaliveTime plus keepaliveTimeout of silence.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// validate refuses negative limits, naming the flag.
+func (c ConnLimits) validate() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--grpc-handshake-timeout", c.GRPCHandshakeTimeout},
+		{"--grpc-idle-timeout", c.GRPCIdleTimeout},
+		{"--http-read-header-timeout", c.HTTPReadHeaderTimeout},
+		{"--http-read-timeout", c.HTTPReadTimeout},
+		{"--http-write-timeout", c.HTTPWriteTimeout},
+		{"--http-idle-timeout", c.HTTPIdleTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: %v is negative", d.flag, d.v)
+		}
+	}
+	return nil
+}
+
+// connectionOptions bounds what a gRPC connection may hold without making
+// progress: a connection that never finishes its handshake is closed after
+// the handshake timeout, one without calls after the idle timeout (clients
+// reconnect on their next call; a worker's stream keeps its connection
+// busy), and one whose peer stopped answering pings after the keepalive.
+func connectionOptions(c ConnLimits) []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if c.GRPCHandshakeTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(c.GRPCHandshakeTimeout))
+	}
+	if c.GRPCMaxStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(c.GRPCMaxStreams))
+	}
+	return append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionIdle: c.GRPCIdleTimeout, // 0 is grpc's "infinity"
+		Time:              keepaliveTime,
+		Timeout:           keepaliveTimeout,
+	}))
+}
+
+// httpServer is the HTTP side's server with its connection timeouts; open
+// counts its connections. The event stream, the one response without an
+// end, extends its write deadline before each write (see serveEvents).
+func httpServer(h http.Handler, c ConnLimits, open *atomic.Int64) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.HTTPReadHeaderTimeout,
+		ReadTimeout:       c.HTTPReadTimeout,
+		WriteTimeout:      c.HTTPWriteTimeout,
+		IdleTimeout:       c.HTTPIdleTimeout,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				open.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
+		},
+	}
+}
+
+// HTTPConnections reports how many connections the HTTP side holds open.
+func (s *Server) HTTPConnections() int { return int(s.httpOpen.Load()) }
