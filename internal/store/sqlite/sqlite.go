@@ -40,6 +40,9 @@ func WithSynchronous(mode string) Option {
 
 var _ store.Store = (*Store)(nil)
 
+// maxReaders bounds the reading connections; reads beyond it wait for one.
+const maxReaders = 4
+
 // Open opens (creating if needed) the SQLite database at path and brings its
 // schema up to date. The directory holding path is created when missing.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
@@ -53,19 +56,27 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
-		"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=cache_size(-65536)" +
-		"&_pragma=mmap_size(268435456)&_pragma=temp_store(MEMORY)&_txlock=immediate"
-	writer, err := sql.Open("sqlite", dsn)
+	// Memory is bounded by connection: each has its own page cache (the
+	// writer's is large, for group commits; readers' are small and few), and
+	// the file is read, not memory-mapped, so its pages are not counted
+	// again in every connection's mapping.
+	dsn := func(cacheKiB int) string {
+		return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
+			"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)" + fmt.Sprintf("&_pragma=cache_size(-%d)", cacheKiB) +
+			"&_pragma=mmap_size(0)&_pragma=temp_store(MEMORY)&_txlock=immediate"
+	}
+	writer, err := sql.Open("sqlite", dsn(64<<10))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
 	writer.SetMaxOpenConns(1)
-	reader, err := sql.Open("sqlite", dsn)
+	reader, err := sql.Open("sqlite", dsn(8<<10))
 	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
+	reader.SetMaxOpenConns(maxReaders)
+	reader.SetMaxIdleConns(maxReaders)
 	s := &Store{path: path, writer: writer, reader: reader}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
