@@ -373,3 +373,22 @@ func TestTornMarkRecordFallsBackToTheOther(t *testing.T) {
 		t.Fatalf("damaged mark: %v", loss)
 	}
 }
+
+// Deleting the write-ahead log after a crash takes with it every commit not
+// yet checkpointed; for a young database that is its whole history.
+func TestWALDeletedAfterCrashIsRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "aion.db")
+	s := open(t, path)
+	schedule(t, s, 0, 100, 10)
+	crashed := crashCopy(t, path, t.TempDir())
+	for _, f := range []string{crashed + "-wal", crashed + "-shm"} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loss := refuse(t, crashed)
+	if got := loss.Lost(); got.Activities != 100 || got.Commits != 10 || !strings.Contains(loss.Problem, "write-ahead log") {
+		t.Fatalf("log deleted: %v, want 10 commits and 100 activities gone, blaming the log", loss)
+	}
+}

@@ -88,7 +88,8 @@ func check(ctx context.Context, path string) (string, Counters, *LossError, erro
 	switch {
 	case foundID == "":
 		return id, recorded, &LossError{Path: path, Recorded: recorded,
-			Problem: fmt.Sprintf("has no identity, so it is not the database its mark %q records", markPath)}, nil
+			Problem: fmt.Sprintf("has no identity, though its mark %q records one: it is another database, or its write-ahead log %q, which held its beginning, was cut short or lost",
+				markPath, path+"-wal")}, nil
 	case foundID != id:
 		return id, recorded, &LossError{Path: path, Recorded: recorded,
 			Problem: fmt.Sprintf("is database %s, not %s that its mark %q records", foundID, id, markPath)}, nil
