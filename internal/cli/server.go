@@ -30,6 +30,7 @@ type serverFlags struct {
 	heartbeatWindow time.Duration
 	autoCreate      string
 	sqliteSync      string
+	acceptDataLoss  bool
 	pprof           bool
 	auth            string
 	jwtSecretFile   string
@@ -64,6 +65,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	if err := f.limits.apply(&cfg); err != nil {
 		return cfg, err
 	}
+	cfg.AcceptDataLoss = f.acceptDataLoss
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -111,6 +113,13 @@ func (a *app) serverCommand(dev bool) *cobra.Command {
 health, reflection) and the HTTP side (/healthz, /readyz). State lives in one
 SQLite file, aion.db, under --data-dir.
 
+Beside it, aion.db.mark records which database it is and how many commits it
+had acknowledged. A start that finds aion.db missing, empty, another database,
+or holding fewer commits than the mark records (its write-ahead log cut short
+or lost, an older copy restored) refuses, naming what is gone; restore the
+data directory from a backup, or start once with --accept-data-loss to run on
+what is there.
+
 On SIGINT or SIGTERM the server asks its workers to drain, waits up to
 --drain-timeout for in-flight attempts, then exits; whatever did not finish is
 retried after the next start.`,
@@ -125,7 +134,8 @@ retried after the next start.`,
 		cmd.Short = "Run a developer server (embedded SQLite, authorization off)"
 		cmd.Long = `Run a developer server: the same server as 'aion server', with its state in
 ./.aion (or --data-dir) and authorization off, so any caller may use any
-namespace. Do not expose it beyond your machine.`
+namespace. Do not expose it beyond your machine. A damaged data directory is
+refused as by 'aion server' (see --accept-data-loss).`
 		cmd.Example = `  aion dev
   aion dev --data-dir /tmp/aion-dev --grpc-addr 127.0.0.1:7233`
 		dataDir = "./.aion"
@@ -146,6 +156,8 @@ namespace. Do not expose it beyond your machine.`
 	bindEnv(fl, "auto-create", "AION_AUTO_CREATE")
 	fl.StringVar(&f.sqliteSync, "sqlite-sync", defaults.SQLiteSync, "SQLite synchronous mode: full (durable on power loss) or normal")
 	bindEnv(fl, "sqlite-sync", "AION_SQLITE_SYNC")
+	fl.BoolVar(&f.acceptDataLoss, "accept-data-loss", false, "start even though aion.db is missing, empty, another database or behind the aion.db.mark file beside it (a cut write-ahead log, an older copy), logging what is lost; without it such a start is refused")
+	bindEnv(fl, "accept-data-loss", "AION_ACCEPT_DATA_LOSS")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address")
 	bindEnv(fl, "pprof", "AION_PPROF")
 	fl.StringVar(&f.auth, "auth", defaults.Auth.Mode, "authentication: none, token (API keys from [[tokens]] in --config) or jwt")

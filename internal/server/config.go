@@ -25,6 +25,10 @@ type Config struct {
 	HeartbeatWindow time.Duration
 	// SQLiteSync is the SQLite synchronous mode: "full" or "normal".
 	SQLiteSync string
+	// AcceptDataLoss starts on a SQLite database that is missing, empty,
+	// another one or behind the mark file beside it, logging what is lost
+	// at error level, instead of refusing to start.
+	AcceptDataLoss bool
 	// Dev marks the embedded developer server (authorization off).
 	Dev bool
 	// Pprof serves Go profiles under /debug/pprof/ on the HTTP address.

@@ -130,7 +130,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpcLis.Close()
 		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
-	st, where, err := openStore(ctx, cfg)
+	st, where, err := openStore(ctx, cfg, log)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -322,12 +322,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 }
 
 // openStore opens the configured store and says where it is, for the log.
-func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, string, error) {
 	switch {
 	case cfg.Store == "":
 		path := filepath.Join(cfg.DataDir, "aion.db")
-		st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync))
-		return st, "sqlite " + path + " synchronous=" + cfg.SQLiteSync, err
+		st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync), sqlite.WithAcceptDataLoss(cfg.AcceptDataLoss))
+		if errors.Is(err, sqlite.ErrDataLoss) {
+			return nil, "", fmt.Errorf("%w. Refusing to start: restore the data directory from a backup, "+
+				"or start once with --accept-data-loss to run on what is there", err)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		if loss := st.AcceptedLoss(); loss != nil {
+			lost := loss.Lost()
+			log.Error("starting on a damaged database, accepting the loss (--accept-data-loss)", "err", loss,
+				"lost_commits", lost.Commits, "lost_writes", lost.Writes, "lost_activities", lost.Activities)
+		} else if cfg.AcceptDataLoss {
+			log.Warn("--accept-data-loss is set: a missing, empty or damaged database would start without refusing; remove it once the loss is accepted")
+		}
+		return st, "sqlite " + path + " synchronous=" + cfg.SQLiteSync, nil
 	case strings.HasPrefix(cfg.Store, "postgres://"), strings.HasPrefix(cfg.Store, "postgresql://"):
 		st, err := postgres.Open(ctx, cfg.Store)
 		if err != nil {

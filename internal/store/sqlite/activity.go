@@ -13,12 +13,12 @@ import (
 // writeStmts are prepared once on the writer connection and bound into each
 // transaction, so a batch of thousands of writes parses no SQL.
 type writeStmts struct {
-	insert, attempt, endActivity *sql.Stmt
+	insert, attempt, endActivity, bump *sql.Stmt
 }
 
 func (w *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity} {
+	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity, w.bump} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -50,6 +50,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END,
 		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?
 		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
+	s.stmts.bump = prep(bumpSQL)
 	if err != nil {
 		return fmt.Errorf("prepare statements: %w", err)
 	}
@@ -59,6 +60,7 @@ func (s *Store) prepare(ctx context.Context) error {
 // Apply implements store.ActivityStore.
 func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
 	changed := make([]bool, len(writes))
+	var nChanged, nInserted int
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
@@ -103,10 +105,22 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
 		}
 		changed[i] = n > 0
+		if changed[i] {
+			nChanged++
+			if _, ok := w.(store.InsertActivity); ok {
+				nInserted++
+			}
+		}
+	}
+	c, err := bump(ctx, tx.StmtContext(ctx, s.stmts.bump), nChanged, nInserted)
+	if err != nil {
+		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("apply %d writes: commit: %w", len(writes), err)
 	}
+	// After the commit is durable and before any write is acknowledged.
+	s.mark.advance(c)
 	return changed, nil
 }
 

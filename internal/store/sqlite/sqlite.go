@@ -23,12 +23,18 @@ type Store struct {
 	writer *sql.DB // exactly one connection: SQLite allows one writer at a time
 	reader *sql.DB
 	stmts  writeStmts
+	mark   *mark
+	// accepted is the loss Open found and was told to accept; nil if none.
+	accepted *LossError
 }
 
 // Option adjusts how Open opens the file.
 type Option func(*options)
 
-type options struct{ synchronous string }
+type options struct {
+	synchronous string
+	acceptLoss  bool
+}
 
 // WithSynchronous sets SQLite's synchronous mode: "full" (the default; a
 // commit is on disk before it returns, so it survives power loss) or "normal"
@@ -38,6 +44,14 @@ func WithSynchronous(mode string) Option {
 	return func(o *options) { o.synchronous = mode }
 }
 
+// WithAcceptDataLoss makes Open start on a database that is missing, empty,
+// another one or behind its mark file, instead of refusing with a
+// *LossError: the loss is then reported by AcceptedLoss and the mark file is
+// rewritten for the database as found.
+func WithAcceptDataLoss(accept bool) Option {
+	return func(o *options) { o.acceptLoss = accept }
+}
+
 var _ store.Store = (*Store)(nil)
 
 // maxReaders bounds the reading connections; reads beyond it wait for one.
@@ -45,6 +59,14 @@ const maxReaders = 4
 
 // Open opens (creating if needed) the SQLite database at path and brings its
 // schema up to date. The directory holding path is created when missing.
+//
+// Beside the database a mark file (MarkPath) records its identity and how
+// many commits it had acknowledged. Before anything is written Open compares
+// the two and refuses, with an error wrapping ErrDataLoss, a database that is
+// missing or empty while the mark exists, that is another database, or that
+// holds fewer commits than the mark records (a write-ahead log cut short or
+// lost, or an older copy). Without a mark, a new database is created, or an
+// existing one adopted, and the mark written.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{synchronous: "full"}
 	for _, opt := range opts {
@@ -55,6 +77,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	markID, recorded, loss, err := check(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	if loss != nil {
+		if !o.acceptLoss {
+			return nil, loss
+		}
+		if loss.gone {
+			if err := setAside(path); err != nil {
+				return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+			}
+		}
 	}
 	// Memory is bounded by connection: each has its own page cache (the
 	// writer's is large, for group commits; readers' are small and few), and
@@ -77,24 +113,43 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(maxReaders)
 	reader.SetMaxIdleConns(maxReaders)
-	s := &Store{path: path, writer: writer, reader: reader}
-	if err := s.migrate(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	s := &Store{path: path, writer: writer, reader: reader, accepted: loss}
+	id, counters, err := s.migrate(ctx)
+	if err == nil {
+		err = s.prepare(ctx)
 	}
-	if err := s.prepare(ctx); err != nil {
+	if err == nil {
+		if markID == id && loss == nil {
+			s.mark, err = openMark(MarkPath(path), recorded)
+			if err == nil {
+				s.mark.advance(counters)
+			}
+		} else {
+			s.mark, err = createMark(MarkPath(path), id, counters)
+		}
+	}
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
 	return s, nil
 }
 
+// AcceptedLoss returns what Open found lost and accepted under
+// WithAcceptDataLoss, or nil when the database was whole.
+func (s *Store) AcceptedLoss() *LossError { return s.accepted }
+
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
-// Close closes both connection pools.
+// Close closes both connection pools and the mark file, whose last record
+// is synced first.
 func (s *Store) Close() error {
-	return errors.Join(s.stmts.close(), s.reader.Close(), s.writer.Close())
+	var merr error
+	if s.mark != nil {
+		merr = s.mark.close()
+	}
+	return errors.Join(s.stmts.close(), s.reader.Close(), s.writer.Close(), merr)
 }
 
 // migrations are applied in order; the database's user_version records how
@@ -144,32 +199,70 @@ var migrations = []string{
 		failure     TEXT,
 		PRIMARY KEY (namespace, activity_id, number)
 	) STRICT, WITHOUT ROWID`,
+	// One row: the database's identity, also kept in its mark file, and
+	// counters every write transaction advances (see mark.go).
+	`CREATE TABLE meta (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		identity   TEXT NOT NULL,
+		commits    INTEGER NOT NULL,
+		writes     INTEGER NOT NULL,
+		activities INTEGER NOT NULL
+	) STRICT`,
 }
 
-func (s *Store) migrate(ctx context.Context) error {
+// migrate brings the schema up to date and gives the database its identity
+// if it has none, in one transaction, and returns the identity and counters.
+func (s *Store) migrate(ctx context.Context) (string, Counters, error) {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return "", Counters{}, fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback()
 	var version int
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
-		return fmt.Errorf("migrate: read schema version: %w", err)
+		return "", Counters{}, fmt.Errorf("migrate: read schema version: %w", err)
 	}
 	if version > len(migrations) {
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary knows (%d)", version, len(migrations))
+		return "", Counters{}, fmt.Errorf("migrate: database schema version %d is newer than this binary knows (%d)", version, len(migrations))
 	}
 	for i := version; i < len(migrations); i++ {
 		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return fmt.Errorf("migrate: step %d: %w", i+1, err)
+			return "", Counters{}, fmt.Errorf("migrate: step %d: %w", i+1, err)
 		}
 	}
 	// PRAGMA takes no bind parameters; the value is an integer we control.
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
-		return fmt.Errorf("migrate: write schema version: %w", err)
+		return "", Counters{}, fmt.Errorf("migrate: write schema version: %w", err)
 	}
-	return tx.Commit()
+	// A database older than the meta table starts its activity count at what
+	// it holds, so the count always means activities in the database.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (id, identity, commits, writes, activities)
+		SELECT 1, ?, 0, 0, (SELECT count(*) FROM activities) WHERE NOT EXISTS (SELECT 1 FROM meta)`, newIdentity()); err != nil {
+		return "", Counters{}, fmt.Errorf("migrate: write identity: %w", err)
+	}
+	id, c, err := readMeta(ctx, tx)
+	if err != nil {
+		return "", Counters{}, fmt.Errorf("migrate: read identity: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return "", Counters{}, fmt.Errorf("migrate: %w", err)
+	}
+	return id, c, nil
 }
+
+// bump counts one more commit, with its writes and new activities, inside
+// the transaction that makes them; it returns the counters as they will be
+// once that transaction commits.
+func bump(ctx context.Context, st *sql.Stmt, writes, activities int) (Counters, error) {
+	var c Counters
+	if err := st.QueryRowContext(ctx, writes, activities).Scan(&c.Commits, &c.Writes, &c.Activities); err != nil {
+		return Counters{}, fmt.Errorf("count commit: %w", err)
+	}
+	return c, nil
+}
+
+const bumpSQL = `UPDATE meta SET commits = commits + 1, writes = writes + ?, activities = activities + ?
+	WHERE id = 1 RETURNING commits, writes, activities`
 
 // RegisterNamespace implements store.NamespaceStore.
 func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store.Origin) (store.Namespace, bool, error) {
@@ -203,9 +296,14 @@ func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store
 	if err != nil {
 		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
 	}
+	c, err := bump(ctx, tx.StmtContext(ctx, s.stmts.bump), 1, 0)
+	if err != nil {
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
 	}
+	s.mark.advance(c)
 	return ns, created, nil
 }
 
@@ -268,9 +366,14 @@ func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement
 	if err != nil {
 		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
 	}
+	c, err := bump(ctx, tx.StmtContext(ctx, s.stmts.bump), 1, 0)
+	if err != nil {
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
 	}
+	s.mark.advance(c)
 	return ns, nil
 }
 
