@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-
 type activityService struct {
 	aionv1.UnimplementedActivityServiceServer
 	s *Server
