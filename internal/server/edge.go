@@ -25,10 +25,12 @@ import (
 // the bearer token is checked in the transport's tap (so a caller without a
 // valid credential never makes the server buffer or decode a message), and
 // the call reserves room in the receive budget, given back as soon as its
-// request has arrived, or when the call ends. A message is at most limit.Message bytes, so the
-// budget bounds the memory that all requests being received can hold.
+// request has arrived, or when the call ends. A message is at most
+// limit.Message bytes, so the budget bounds the memory that all requests
+// being received can hold.
 
-// anonymous is the budget account of calls to public methods (health).
+// anonymous is the budget account of calls to public methods (health and
+// reflection).
 const anonymous = "(anonymous)"
 
 // receiveBudget counts calls whose request is still arriving, each reserving
