@@ -50,6 +50,14 @@ type Config struct {
 	// MaxInFlightPerNamespace caps a namespace's running attempts (more
 	// wait in their queue); 0 means no cap.
 	MaxInFlightPerNamespace int
+	// MaxNamespaces caps the namespaces the server holds: minting or
+	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
+	// each server counts what it knows of, so the cap is approximate.
+	MaxNamespaces int
+	// MaxMintPerRequest caps the new namespaces one Register frame or one
+	// ScheduleBatch may mint (refused whole, or per batch item past it);
+	// 0 means no cap.
+	MaxMintPerRequest int
 	// InsecureAllowNoAuth lets a server with auth "none" listen on an
 	// address other than loopback.
 	InsecureAllowNoAuth bool
@@ -82,5 +90,8 @@ func Defaults() Config {
 		SQLiteSync:      "full",
 		Lease:           10 * time.Second,
 		Auth:            AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
+
+		MaxNamespaces:     namespace.DefaultMaxNamespaces,
+		MaxMintPerRequest: namespace.DefaultMaxMintPerRequest,
 	}
 }
