@@ -197,7 +197,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 		return nil
 	}
-	if send("snapshot", snapshotToProto(snap, s)) != nil {
+	caller := s.caller(r.Context())
+	if send("snapshot", snapshotToProto(scopeSnapshot(caller, snap), s)) != nil {
 		return
 	}
 	keepalive := time.NewTicker(15 * time.Second)
@@ -221,6 +222,10 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case e := <-next:
+			e, ok := scopeEvent(caller, e)
+			if !ok {
+				continue
+			}
 			if send(string(e.Kind), eventToProto(e, s)) != nil {
 				return
 			}
