@@ -1167,3 +1167,89 @@ func (g *isoGen) stop() {
 	}
 	g.wg.Wait()
 }
+
+// The attack: an admin key granted one tenant read the cluster view and saw
+// every tenant: workers, namespaces and pools of the others, and the other
+// namespaces of a worker it shares with them. Now it sees only its own, in
+// ListWorkers, Watch and the console's event stream.
+func TestNamespaceScopedCallerSeesOnlyItsPartOfTheClusterView(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) {
+		c.Auth.Mode = "token"
+		c.Auth.Keys = []auth.APIKey{
+			key("ops", "admin-secret", []auth.Role{auth.RoleAdmin}, "*"),
+			key("fleet", "fleet-secret", []auth.Role{auth.RoleWorker}, "*"),
+			key("a-admin", "a-admin-secret", []auth.Role{auth.RoleAdmin}, "tenant-a"),
+		}
+	})
+	ctx := context.Background()
+	fleet := b.as(t, "fleet-secret")
+	aAdmin := b.as(t, "a-admin-secret")
+	fleet.mustConnect(t, &aionv1.Register{Namespaces: []string{"tenant-a", "tenant-b"}, ActivityTypes: []string{"job"}})
+	fleet.mustConnect(t, &aionv1.Register{Namespaces: []string{"tenant-b"}, ActivityTypes: []string{"job"}})
+
+	checkWorkers := func(what string, ws []*aionv1.Worker) {
+		t.Helper()
+		if len(ws) != 1 || !slices.Equal(ws[0].GetNamespaces(), []string{"tenant-a"}) {
+			t.Fatalf("%s showed tenant-a's admin %v, want the shared worker serving [tenant-a] only", what, ws)
+		}
+	}
+	list, err := aionv1.NewClusterServiceClient(aAdmin.cc).ListWorkers(ctx, &aionv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWorkers("ListWorkers", list.GetWorkers())
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := aionv1.NewClusterServiceClient(aAdmin.cc).Watch(wctx, &aionv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := first.GetSnapshot()
+	checkWorkers("Watch", snap.GetWorkers())
+	if len(snap.GetNamespaces()) != 1 || snap.GetNamespaces()[0].GetName() != "tenant-a" {
+		t.Fatalf("Watch showed namespaces %v, want tenant-a only", snap.GetNamespaces())
+	}
+	for _, p := range snap.GetPools() {
+		if p.GetNamespace() != "tenant-a" {
+			t.Fatalf("Watch showed the pool of %q", p.GetNamespace())
+		}
+	}
+	g := &isoGen{t: t, b: b}
+	sse, err := g.watchHTTP(ctx, &isoKey{secret: "a-admin-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWorkers("the event stream", sse.GetSnapshot().GetWorkers())
+
+	// Events about other tenants are not sent: the next topology event
+	// tenant-a's admin gets is tenant-a's worker, not the ones before it.
+	if _, err := b.as(t, "admin-secret").namespaces.Create(ctx, &aionv1.CreateNamespaceRequest{Name: "tenant-c"}); err != nil {
+		t.Fatal(err)
+	}
+	fleet.mustConnect(t, &aionv1.Register{Namespaces: []string{"tenant-c"}, ActivityTypes: []string{"job"}})
+	mine := fleet.mustConnect(t, &aionv1.Register{Namespaces: []string{"tenant-a"}, ActivityTypes: []string{"job"}})
+	for {
+		e, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.GetPoolStats() != nil {
+			for _, p := range e.GetPoolStats().GetPools() {
+				if p.GetNamespace() != "tenant-a" {
+					t.Fatalf("Watch sent the pool of %q", p.GetNamespace())
+				}
+			}
+			continue
+		}
+		if got := e.GetWorkerConnected().GetWorker(); got.GetId() != mine.id {
+			t.Fatalf("tenant-a's admin was sent %v before its own worker's connection", e)
+		}
+		break
+	}
+}
