@@ -137,6 +137,9 @@ func TestServerConfigPrecedence(t *testing.T) {
 			func(c *server.Config) {
 				c.Dev, c.GRPCAddr, c.DataDir, c.AutoCreate, c.DrainTimeout = true, "127.0.0.1:9", "/flag", namespace.Open, 0
 			}},
+		{"namespace caps", "server", map[string]string{"AION_MAX_NAMESPACES": "50", "AION_MAX_MINT_PER_REQUEST": "7"},
+			[]string{"--max-mint-per-request", "0"},
+			func(c *server.Config) { c.MaxNamespaces, c.MaxMintPerRequest = 50, 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got server.Config
@@ -171,6 +174,8 @@ func TestServerFlagsAreChecked(t *testing.T) {
 		{[]string{"--sqlite-sync", "off"}, nil, "--sqlite-sync"},
 		{[]string{"--heartbeat-window", "0s"}, nil, "--heartbeat-window"},
 		{[]string{"--drain-timeout", "-1s"}, nil, "--drain-timeout"},
+		{[]string{"--max-namespaces", "-1"}, nil, "--max-namespaces -1"},
+		{[]string{"--max-mint-per-request", "-3"}, nil, "--max-mint-per-request -3"},
 		{nil, map[string]string{"AION_DRAIN_TIMEOUT": "forever"}, "AION_DRAIN_TIMEOUT"},
 		{[]string{"extra-arg"}, nil, "unknown command"},
 	} {

@@ -20,6 +20,7 @@ var configKeys = []string{
 	"auto-create", "sqlite-sync", "accept-data-loss", "pprof", "log-level", "log-format",
 	"auth", "jwt-secret-file", "jwks-file", "jwt-issuer", "jwt-audience", "token-expiry-grace", "tls-cert", "tls-key", "insecure-allow-no-auth",
 	"max-pending-per-namespace", "max-in-flight-per-namespace", "store", "server-name", "lease", "max-receive-memory",
+	"max-namespaces", "max-mint-per-request",
 }
 
 // tokenEntry is one [[tokens]] table: an API key stored as a hash.
@@ -107,7 +108,7 @@ func printConfig(w io.Writer, fs *pflag.FlagSet, tokens []auth.APIKey) {
 			continue
 		}
 		key := strings.ReplaceAll(name, "-", "_")
-		if f.Value.Type() == "bool" {
+		if t := f.Value.Type(); t == "bool" || t == "int" {
 			fmt.Fprintf(w, "%s = %s\n", key, f.Value.String())
 		} else {
 			fmt.Fprintf(w, "%s = %q\n", key, f.Value.String())

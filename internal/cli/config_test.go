@@ -20,7 +20,7 @@ func printed(t *testing.T, env map[string]string, args ...string) (string, strin
 func TestConfigFilePrecedence(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "aion.toml")
-	file := "grpc_addr = \"127.0.0.1:6000\"\nhttp_addr = \"127.0.0.1:6001\"\ndrain_timeout = \"1m\"\nlog_format = \"json\"\npprof = true\n"
+	file := "grpc_addr = \"127.0.0.1:6000\"\nhttp_addr = \"127.0.0.1:6001\"\ndrain_timeout = \"1m\"\nlog_format = \"json\"\npprof = true\nmax_namespaces = 20000\n"
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,8 @@ func TestConfigFilePrecedence(t *testing.T) {
 		`heartbeat_window = "15s"`,     // the default
 		`log_format = "json"`,
 		`pprof = true`,
+		`max_namespaces = 20000`,
+		`max_mint_per_request = 100`, // the default
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("--print-config lacks %s:\n%s", want, out)
@@ -61,6 +63,7 @@ func TestConfigFileRefusesBadKeysAndValues(t *testing.T) {
 		"drain_timeout = \"-5s\"\n":           "drain-timeout",
 		"auto_create = \"open\"\nx = 1\n":     `unknown key "x"`,
 		"sqlite_sync = \"full\"\npprof = 3\n": "pprof",
+		"max_namespaces = -1\n":               "--max-namespaces",
 	}
 	for file, names := range cases {
 		path := filepath.Join(t.TempDir(), "aion.toml")

@@ -43,6 +43,8 @@ type serverFlags struct {
 	insecureNoAuth  bool
 	maxPending      int
 	maxInFlight     int
+	maxNamespaces   int
+	maxMint         int
 	store           string
 	serverName      string
 	lease           time.Duration
@@ -60,12 +62,19 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 		JWTIssuer: f.jwtIssuer, JWTAudience: f.jwtAudience, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
+	cfg.MaxNamespaces, cfg.MaxMintPerRequest = f.maxNamespaces, f.maxMint
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
 	if err := f.limits.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	cfg.AcceptDataLoss = f.acceptDataLoss
+	if f.maxNamespaces < 0 {
+		return cfg, fmt.Errorf("--max-namespaces %d: must not be negative (0: no cap)", f.maxNamespaces)
+	}
+	if f.maxMint < 0 {
+		return cfg, fmt.Errorf("--max-mint-per-request %d: must not be negative (0: no cap)", f.maxMint)
+	}
 	if f.maxPending < 0 || f.maxInFlight < 0 {
 		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
 	}
@@ -183,6 +192,12 @@ refused as by 'aion server' (see --accept-data-loss).`
 	bindEnv(fl, "max-pending-per-namespace", "AION_MAX_PENDING_PER_NAMESPACE")
 	fl.IntVar(&f.maxInFlight, "max-in-flight-per-namespace", 0, "cap on a namespace's running attempts; more wait in the queue (0: none)")
 	bindEnv(fl, "max-in-flight-per-namespace", "AION_MAX_IN_FLIGHT_PER_NAMESPACE")
+	fl.IntVar(&f.maxNamespaces, "max-namespaces", defaults.MaxNamespaces,
+		"cap on the namespaces the server holds; minting or creating one more is refused with ResourceExhausted (0: none; approximate in a cluster)")
+	bindEnv(fl, "max-namespaces", "AION_MAX_NAMESPACES")
+	fl.IntVar(&f.maxMint, "max-mint-per-request", defaults.MaxMintPerRequest,
+		"cap on the new namespaces one worker registration or one schedule batch may mint under --auto-create open; past it the registration is refused whole (0: none)")
+	bindEnv(fl, "max-mint-per-request", "AION_MAX_MINT_PER_REQUEST")
 	fl.StringVar(&f.store, "store", "", "store: empty for SQLite under --data-dir, or a postgres:// URL (servers sharing one database form a cluster)")
 	bindEnv(fl, "store", "AION_STORE")
 	fl.StringVar(&f.serverName, "server-name", "", "this server's name in a cluster, unique among the live servers (default: host name and gRPC port)")

@@ -63,6 +63,7 @@ type slot struct {
 // returns one result per request in order. A refused request does not affect
 // the others.
 func (e *Engine) ScheduleBatch(ctx context.Context, caller namespace.Identity, reqs []Request) []Scheduled {
+	ctx = namespace.OneRequest(ctx) // the batch's mints share one per-request cap
 	slots := make([]*slot, len(reqs))
 	for i, r := range reqs {
 		s := &slot{done: make(chan struct{})}

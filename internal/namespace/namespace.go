@@ -20,6 +20,8 @@ var (
 	ErrUnknown = errors.New("unknown namespace")
 	// ErrPlacement: a worker's node is outside a pinned namespace's nodes.
 	ErrPlacement = errors.New("placement refused")
+	// ErrLimit: minting or creating would pass a cap (see Limits).
+	ErrLimit = errors.New("namespace limit reached")
 )
 
 // Identity is an authenticated caller: a name and the namespaces it is granted.
@@ -50,11 +52,14 @@ func (id Identity) Allows(ns string) bool {
 
 // AuthorizeWorker checks a worker registration's namespace set against the
 // caller's grants. It returns the set sorted and deduplicated, or refuses the
-// whole set when it is empty, holds an empty name, or holds any namespace the
-// caller is not granted.
+// whole set when it is empty, longer than MaxWorkerNamespaces, holds an empty
+// name, or holds any namespace the caller is not granted.
 func AuthorizeWorker(id Identity, namespaces []string) ([]string, error) {
 	if len(namespaces) == 0 {
 		return nil, fmt.Errorf("authorize worker %q: namespaces: at least one is required: %w", id.Name, ErrInvalid)
+	}
+	if n := len(namespaces); n > MaxWorkerNamespaces {
+		return nil, fmt.Errorf("authorize worker %q: namespaces: %d given, at most %d per worker: %w", id.Name, n, MaxWorkerNamespaces, ErrInvalid)
 	}
 	set := slices.Clone(namespaces)
 	slices.Sort(set)

@@ -30,6 +30,7 @@ func TestAuthorizeWorker(t *testing.T) {
 		{"EmptyNameRefused", namespace.Anyone("ops"), []string{"a", ""}, nil, namespace.ErrInvalid, "empty"},
 		{"OneUngrantedRefusesWhole", namespace.NewIdentity("w", "a"), []string{"a", "b"}, nil, namespace.ErrPermissionDenied, `"b"`},
 		{"NamesAreNotNormalized", namespace.NewIdentity("w", "tenant"), []string{"Tenant"}, nil, namespace.ErrPermissionDenied, `"Tenant"`},
+		{"TooManyRefusedBeforeAnyCheck", namespace.Anyone("ops"), names("n", namespace.MaxWorkerNamespaces+1), nil, namespace.ErrInvalid, "1001 given, at most 1000"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -108,7 +108,8 @@ func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersR
 		if r.GetNamespace() != "" && !slices.Contains(w.Namespaces, r.GetNamespace()) {
 			continue
 		}
-		if !allowsAny(caller.Allows, w.Namespaces) {
+		w, ok := scopeWorker(caller, w)
+		if !ok {
 			continue
 		}
 		out.Workers = append(out.Workers, c.s.workerView(w))
@@ -154,7 +155,8 @@ func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerR
 func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreamingServer[aionv1.ClusterEvent]) error {
 	snap, sub := c.s.bus.Subscribe(watchBuffer)
 	defer sub.Close()
-	if err := stream.Send(snapshotToProto(snap, c.s)); err != nil {
+	caller := c.s.caller(stream.Context())
+	if err := stream.Send(snapshotToProto(scopeSnapshot(caller, snap), c.s)); err != nil {
 		return err
 	}
 	for {
@@ -166,6 +168,10 @@ func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreami
 			return status.Error(codes.Unavailable, "watch: server is shutting down")
 		case err != nil:
 			return status.FromContextError(err).Err()
+		}
+		e, ok := scopeEvent(caller, e)
+		if !ok {
+			continue
 		}
 		if err := stream.Send(eventToProto(e, c.s)); err != nil {
 			return err
@@ -277,15 +283,6 @@ func (s *Server) publishPoolStats(ctx context.Context, every time.Duration) {
 			s.bus.Publish(events.Event{Kind: events.PoolStatsUpdated, Pools: pools})
 		}
 	}
-}
-
-func allowsAny(allows func(string) bool, nss []string) bool {
-	for _, ns := range nss {
-		if allows(ns) {
-			return true
-		}
-	}
-	return false
 }
 
 func namespaceEvent(kind events.Kind, ns store.Namespace) events.Event {

@@ -59,6 +59,14 @@ type Config struct {
 	// has arrived, one caller at most half of it. A call past it is
 	// ResourceExhausted before its body is read. Zero means 256 MiB.
 	MaxReceiveMemory int64
+	// MaxNamespaces caps the namespaces the server holds: minting or
+	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
+	// each server counts what it knows of, so the cap is approximate.
+	MaxNamespaces int
+	// MaxMintPerRequest caps the new namespaces one Register frame or one
+	// ScheduleBatch may mint (refused whole, or per batch item past it);
+	// 0 means no cap.
+	MaxMintPerRequest int
 	// InsecureAllowNoAuth lets a server with auth "none" listen on an
 	// address other than loopback.
 	InsecureAllowNoAuth bool
@@ -137,6 +145,8 @@ func Defaults() Config {
 		MaxPendingBytesPerNamespace: 1 << 30,
 		MaxListBytes:                4 << 20,
 		Conn:                        DefaultConnLimits(),
+		MaxNamespaces:               namespace.DefaultMaxNamespaces,
+		MaxMintPerRequest:           namespace.DefaultMaxMintPerRequest,
 	}
 }
 

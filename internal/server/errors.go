@@ -44,7 +44,7 @@ func codeOf(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, engine.ErrAlreadyExists):
 		return codes.AlreadyExists
-	case errors.Is(err, engine.ErrResourceExhausted), errors.Is(err, limit.ErrTooLarge):
+	case errors.Is(err, engine.ErrResourceExhausted), errors.Is(err, limit.ErrTooLarge), errors.Is(err, namespace.ErrLimit):
 		return codes.ResourceExhausted
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
 		return codes.Unavailable

@@ -220,7 +220,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
-	first, err := sseEncode("snapshot", snapshotToProto(snap, s))
+	caller := s.caller(r.Context())
+	first, err := sseEncode("snapshot", snapshotToProto(scopeSnapshot(caller, snap), s))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -234,13 +235,15 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		switch {
 		case err == nil:
-			frame := e.Memo(sseFrame{}, func(e events.Event) any {
-				b, err := sseEncode(string(e.Kind), eventToProto(e, s))
-				if err != nil {
-					return err
-				}
-				return b
-			})
+			var frame any
+			if caller.All {
+				// Every such subscriber sees the same frame: encode it once.
+				frame = e.Memo(sseFrame{}, func(e events.Event) any { return sseFrameOf(e, s) })
+			} else if e, ok := scopeEvent(caller, e); ok {
+				frame = sseFrameOf(e, s)
+			} else {
+				continue // nothing of it is the caller's
+			}
 			b, ok := frame.([]byte)
 			if !ok || write(b) != nil {
 				return
@@ -257,6 +260,15 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// sseFrameOf is the SSE frame of e, or the error encoding it.
+func sseFrameOf(e events.Event, s *Server) any {
+	b, err := sseEncode(string(e.Kind), eventToProto(e, s))
+	if err != nil {
+		return err
+	}
+	return b
 }
 
 // sseEncode is one SSE frame of a cluster event.

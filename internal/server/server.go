@@ -174,6 +174,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			s.member.announceNamespace(ns.Name)
 		}
 	})
+	s.minter.SetLimits(namespace.Limits{PerRequest: cfg.MaxMintPerRequest, Total: cfg.MaxNamespaces})
 	regOpts.Admission = s.minter
 	regOpts.Hooks = registry.Hooks{
 		Connected: func(w registry.WorkerInfo) {
