@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -51,7 +52,7 @@ const (
 	DefaultMaxNamespaces     = 10000
 	// MaxWorkerNamespaces is the most namespaces one worker may serve: every
 	// namespace times every activity type is an entry in the registry.
-	MaxWorkerNamespaces = 1000
+	MaxWorkerNamespaces = limit.WorkerNamespaces
 )
 
 // Minter applies the auto-create policy, the minting caps and placement

@@ -433,7 +433,7 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 		}
 	}
 	if n := len(r.GetNamespaces()); n == 0 || n > limit.WorkerNamespaces {
-		return registry.Spec{}, fmt.Errorf("namespaces: %d given, want 1 to %d: %w", n, limit.WorkerNamespaces, errInvalid)
+		return registry.Spec{}, fmt.Errorf("namespaces: %d given, at least 1 and at most %d allowed: %w", n, limit.WorkerNamespaces, errInvalid)
 	}
 	if err := name.CheckOptional("task_queue", r.GetTaskQueue(), name.MaxName); err != nil {
 		return registry.Spec{}, err
