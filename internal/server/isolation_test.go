@@ -79,8 +79,10 @@ var isoRoles = []isoRole{
 	{auth.RoleClient, []isoOp{opSchedule, opBatch, opGet, opList, opWait, opCancel, opIntervene, opNamespaceGet, opNamespaceList}},
 	{auth.RoleAdmin, []isoOp{opSchedule, opBatch, opGet, opList, opWait, opCancel, opIntervene, opRegister, opDrain, opPlace,
 		opCreate, opNamespaceGet, opNamespaceList, opListWorkers, opWatch}},
-	// A read-only role goes here, for example:
-	// {auth.RoleReader, []isoOp{opGet, opList, opWait, opNamespaceGet, opNamespaceList, opListWorkers, opWatch}},
+	// Watch needs a reader granted "*" (it is not a scoped view for readers);
+	// a scoped reader's watch is PermissionDenied, which the model does not
+	// tell apart from a namespace refusal, so readers here do not watch.
+	{auth.RoleReader, []isoOp{opGet, opList, opWait, opNamespaceGet, opNamespaceList, opListWorkers}},
 }
 
 const (
