@@ -52,6 +52,12 @@ func connectionOptions(c ConnLimits) []grpc.ServerOption {
 	if c.GRPCMaxStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(c.GRPCMaxStreams))
 	}
+	// Fixed HTTP/2 windows (no bandwidth estimation, which grows them to
+	// 16 MiB): a caller can push at most 64 KiB on a call, 1 MiB on its
+	// connection, before the server reads on; so a call refused from its
+	// headers costs the server little to discard. A message the server
+	// reads opens its call's window to its whole size.
+	opts = append(opts, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20))
 	return append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionIdle: c.GRPCIdleTimeout, // 0 is grpc's "infinity"
 		Time:              keepaliveTime,
