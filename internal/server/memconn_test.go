@@ -18,6 +18,7 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -31,16 +32,6 @@ import (
 // (a close, a drop), with a generous guard that only a broken build reaches.
 
 const guard = 10 * time.Second
-
-// waitFor polls cond until it holds, failing the test after the guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(guard); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v, still waiting for %s", guard, what)
-		}
-	}
-}
 
 func dial(t *testing.T, addr string) net.Conn {
 	t.Helper()
@@ -156,8 +147,8 @@ func TestHTTPSlowReaderOfALargeResponseIsCutAfterTheWriteTimeout(t *testing.T) {
 	scheduleLarge(t, b, "big", 6) // about 16 MB of JSON: more than the kernel buffers
 	conn := dial(t, b.srv.HTTPAddr())
 	fmt.Fprint(conn, "GET /api/v1/activities?namespace=big&include_payloads=true HTTP/1.1\r\nHost: aion\r\n\r\n")
-	waitFor(t, "the request to arrive", func() bool { return b.srv.HTTPConnections() == 1 })
-	waitFor(t, "the server to cut the connection off", func() bool { return b.srv.HTTPConnections() == 0 })
+	servertest.Eventually(t, "the request to arrive", func() bool { return b.srv.HTTPConnections() == 1 })
+	servertest.Eventually(t, "the server to cut the connection off", func() bool { return b.srv.HTTPConnections() == 0 })
 	// What the kernel buffered is all there is: not a whole response (it
 	// may end anywhere, even before the status line when the deadline
 	// passed while the page was being built).
@@ -190,12 +181,12 @@ func TestEventStreamClientThatStopsReadingIsCutOffByTheWriteTimeout(t *testing.T
 	bus := b.srv.Events()
 	conn := dial(t, b.srv.HTTPAddr())
 	fmt.Fprint(conn, "GET /api/v1/events HTTP/1.1\r\nHost: aion\r\n\r\n")
-	waitFor(t, "the event stream to subscribe", func() bool { return bus.Subscribers() == 1 })
+	servertest.Eventually(t, "the event stream to subscribe", func() bool { return bus.Subscribers() == 1 })
 	sample := bigPoolSample(1000) // about 90 KB of JSON
 	for range 90 {
 		bus.Publish(sample)
 	}
-	waitFor(t, "the server to close the stream", func() bool { return b.srv.HTTPConnections() == 0 })
+	servertest.Eventually(t, "the server to close the stream", func() bool { return b.srv.HTTPConnections() == 0 })
 	if n := bus.Dropped(); n != 0 {
 		t.Fatalf("%d subscribers dropped; want the write timeout, not the bus, to end the stream", n)
 	}
@@ -212,7 +203,7 @@ func TestEventStreamClientThatFallsBehindIsDroppedAndDisconnected(t *testing.T) 
 	bus := b.srv.Events()
 	conn := dial(t, b.srv.HTTPAddr())
 	fmt.Fprint(conn, "GET /api/v1/events HTTP/1.1\r\nHost: aion\r\n\r\n")
-	waitFor(t, "the event stream to subscribe", func() bool { return bus.Subscribers() == 1 })
+	servertest.Eventually(t, "the event stream to subscribe", func() bool { return bus.Subscribers() == 1 })
 	sample := bigPoolSample(200)
 	for i := 0; bus.Dropped() == 0; i++ {
 		if i == 1_000_000 {
@@ -223,7 +214,7 @@ func TestEventStreamClientThatFallsBehindIsDroppedAndDisconnected(t *testing.T) 
 	if n := bus.Subscribers(); n != 0 {
 		t.Fatalf("%d subscribers after the drop", n)
 	}
-	waitFor(t, "the server to close the stream", func() bool { return b.srv.HTTPConnections() == 0 })
+	servertest.Eventually(t, "the server to close the stream", func() bool { return b.srv.HTTPConnections() == 0 })
 	readToEOF(t, conn, conn)
 
 	// The stream still serves a client that reads: it gets a fresh snapshot.
