@@ -74,7 +74,9 @@ type Options struct {
 	Capabilities []Capability
 
 	// Token, when set, is sent as "authorization: Bearer <token>" metadata.
-	// The transport is insecure unless DialOptions says otherwise.
+	// The transport is plain text, the token in clear, unless DialOptions
+	// passes TLS transport credentials (the server serves TLS with
+	// --tls-cert).
 	Token string
 	// DialOptions are appended to the worker's own (insecure transport
 	// credentials, the token), so they can override them.
@@ -522,6 +524,6 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 	return map[string]string{"authorization": "Bearer " + string(t)}, nil
 }
 
-// RequireTransportSecurity is false so the token also works over the
-// insecure transport the server speaks today.
+// RequireTransportSecurity is false so the token also works over a
+// plain-text connection (a server without --tls-cert, on a trusted network).
 func (bearerToken) RequireTransportSecurity() bool { return false }

@@ -35,13 +35,9 @@ func checkSize(token string) error {
 	return nil
 }
 
-// Errors callers branch on.
-var (
-	// ErrUnauthenticated: no credential, or one that is not valid.
-	ErrUnauthenticated = errors.New("unauthenticated")
-	// ErrForbidden: a valid credential whose roles do not allow the call.
-	ErrForbidden = errors.New("permission denied")
-)
+// ErrUnauthenticated is wrapped by every refusal of a credential: none, or
+// one that is not valid.
+var ErrUnauthenticated = errors.New("unauthenticated")
 
 // Role is what a caller may do.
 type Role string

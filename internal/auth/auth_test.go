@@ -218,9 +218,6 @@ func TestEveryRPCHasARole(t *testing.T) {
 			if got, exp := err == nil, slices.Contains(strings.Fields(allowed), name); got != exp {
 				t.Errorf("%s by %s: allowed %v (%v), want %v", m, name, got, err, exp)
 			}
-			if err != nil && !errors.Is(err, auth.ErrForbidden) {
-				t.Errorf("%s by %s: %v, want ErrForbidden", m, name, err)
-			}
 		}
 	}
 	if public := auth.Public("/grpc.health.v1.Health/Check"); !public {

@@ -75,8 +75,8 @@ func Public(fullMethod string) bool {
 	return lookup(fullMethod).public
 }
 
-// Authorize reports whether id may call fullMethod. A refusal wraps
-// ErrForbidden and names the roles that would be allowed.
+// Authorize reports whether id may call fullMethod: nil when it may, else an
+// error that names the caller, its roles and the roles that would be allowed.
 func Authorize(id Identity, fullMethod string) error {
 	a := lookup(fullMethod)
 	if a.public || slices.Contains(id.Roles, RoleAdmin) {
@@ -91,7 +91,7 @@ func Authorize(id Identity, fullMethod string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%q has roles %v; %s: %w", id.Name, id.Roles, a.need(), ErrForbidden)
+	return fmt.Errorf("%q has roles %v; %s", id.Name, id.Roles, a.need())
 }
 
 // need says in words who may call a method.

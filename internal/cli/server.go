@@ -118,12 +118,19 @@ func (a *app) serverCommand(dev bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run an aion server",
-		Long: `Run an aion server: the gRPC services (workers, activities, namespaces,
-health, reflection) and the HTTP side (/healthz, /readyz). State lives in one
-SQLite file, aion.db, under --data-dir.
+		Long: `Run an aion server. On --grpc-addr: the gRPC services (workers,
+activities, namespaces, cluster, health, reflection). On --http-addr: /healthz
+and /readyz, /metrics (Prometheus), the JSON API under /api/v1/ with the live
+event stream (/api/v1/events), the ops console at /, and with --pprof the Go
+profiles. --tls-cert and --tls-key serve both over TLS; --auth token or jwt
+asks every caller for a bearer token (see docs/security.md).
 
-Beside it, aion.db.mark records which database it is and how many commits it
-had acknowledged. A start that finds aion.db missing, empty, another database,
+State lives in one SQLite file, aion.db, under --data-dir; or, with --store
+postgres://..., in PostgreSQL, where every server given the same database is
+one server of a cluster (see docs/cluster.md).
+
+Beside the SQLite file, aion.db.mark records which database it is and how
+many commits it had acknowledged. A start that finds aion.db missing, empty, another database,
 or holding fewer commits than the mark records (its write-ahead log cut short
 or lost, an older copy restored) refuses, naming what is gone; restore the
 data directory from a backup, or start once with --accept-data-loss to run on
@@ -153,7 +160,7 @@ refused as by 'aion server' (see --accept-data-loss).`
 	fl := cmd.Flags()
 	fl.StringVar(&f.grpcAddr, "grpc-addr", defaults.GRPCAddr, "address the gRPC services listen on")
 	bindEnv(fl, "grpc-addr", "AION_GRPC_ADDR")
-	fl.StringVar(&f.httpAddr, "http-addr", defaults.HTTPAddr, "address /healthz and /readyz listen on")
+	fl.StringVar(&f.httpAddr, "http-addr", defaults.HTTPAddr, "address of the HTTP side: health, metrics, JSON API, event stream, console")
 	bindEnv(fl, "http-addr", "AION_HTTP_ADDR")
 	fl.StringVar(&f.dataDir, "data-dir", dataDir, "directory holding the SQLite file aion.db")
 	bindEnv(fl, "data-dir", "AION_DATA_DIR")

@@ -144,9 +144,6 @@ func (m *Minter) SetLimits(l Limits) {
 	m.limits = l
 }
 
-// Policy returns the minter's auto-create policy.
-func (m *Minter) Policy() AutoCreate { return m.policy }
-
 // requestKey marks a context as one request whose mints share a budget.
 type requestKey struct{}
 

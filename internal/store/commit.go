@@ -95,29 +95,6 @@ func (c *Committer) Commit(ctx context.Context, w Write) (bool, error) {
 	}
 }
 
-// CommitAll submits every write and waits for all of them; the result holds
-// one entry per write.
-func (c *Committer) CommitAll(ctx context.Context, ws []Write) ([]bool, []error, error) {
-	changed := make([]bool, len(ws))
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	wg.Add(len(ws))
-	for i, w := range ws {
-		c.Submit(w, func(ch bool, err error) {
-			changed[i], errs[i] = ch, err
-			wg.Done()
-		})
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-		return changed, errs, nil
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("commit %d writes: %w", len(ws), ctx.Err())
-	}
-}
-
 // Close commits what is queued, then stops. Later submissions fail with
 // ErrClosed.
 func (c *Committer) Close() {

@@ -1,6 +1,7 @@
 // Package store defines what aion keeps durably and the contract every storage
-// backend must honour. Backends live in sub-packages (sqlite, and later
-// postgres); storetest holds the conformance suite they all must pass.
+// backend must honour. Backends live in sub-packages: sqlite (one embedded
+// file) and postgres (shared by the servers of a cluster); storetest holds
+// the conformance suite they all must pass.
 package store
 
 import (
