@@ -14,8 +14,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -379,43 +377,6 @@ func TestRepeatedTaskRunsOnce(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
-	}
-}
-
-func TestHeartbeatAnsweredCancelRequestedCancelsTheHandler(t *testing.T) {
-	t.Parallel()
-	causes := make(chan error, 1)
-	s := newFakeSetup(t, Options{}, func(w *Worker) {
-		RegisterActivity(w, "hb", func(ctx context.Context, _ struct{}) (struct{}, error) {
-			RecordHeartbeat(ctx, "x")
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return struct{}{}, ctx.Err()
-		})
-	})
-	c := s.accepted(t)
-	c.task(fakeTask("a1", 2, "hb"))
-	if hb := c.next().GetActivityHeartbeat(); hb == nil || hb.GetAttempt() != 2 {
-		t.Fatalf("want a heartbeat for attempt 2, got %v", hb)
-	}
-	c.send(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_HeartbeatAck{HeartbeatAck: &aionv1.HeartbeatAck{
-		Namespace: "ns", ActivityId: "a1", Attempt: 2, CancelRequested: true}}})
-	if err := <-causes; !errors.Is(err, ErrActivityCanceled) {
-		t.Fatalf("cause = %v, want ErrActivityCanceled", err)
-	}
-	r := c.result()
-	if r.GetCanceled() == nil {
-		t.Fatalf("result = %v, want canceled", r)
-	}
-	var details string
-	if err := json.Unmarshal(r.GetCanceled().GetDetails(), &details); err != nil || details == "" {
-		t.Fatalf("canceled details = %s (%v), want the reason", r.GetCanceled().GetDetails(), err)
-	}
-	c.resultAck(r)
-	s.stop()
-	c.closeCleanly()
-	if err := s.wait(t); err != nil {
-		t.Fatalf("Run = %v", err)
 	}
 }
 

@@ -463,9 +463,13 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 		w.mu.Lock()
 		known := w.book.ack(k)
 		w.mu.Unlock()
-		if ra.GetRefused() != "" {
-			w.log.Warn("aion worker: result refused by the server", "activity", k.String(), "reason", ra.GetRefused())
-		} else if !known {
+		switch {
+		case ra.GetRefused() != "":
+			// STALE: the server's own outcome for the attempt stands.
+			w.log.Warn("aion worker: result discarded by the server", "activity", k.String(), "reason", ra.GetRefused())
+		case ra.GetStatus() == aionv1.ResultStatus_RESULT_STATUS_ALREADY_RECORDED:
+			w.log.Info("aion worker: result had been recorded before (its first ack was lost)", "activity", k.String())
+		case !known:
 			w.log.Debug("aion worker: ack for an unknown result", "activity", k.String())
 		}
 		w.notify()
@@ -473,14 +477,9 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 	case *aionv1.ServerMessage_HeartbeatAck:
 		ha := f.HeartbeatAck
 		k := attemptKey{namespace: ha.GetNamespace(), id: ha.GetActivityId(), attempt: ha.GetAttempt()}
-		switch {
-		case ha.GetRefused() != "":
+		if ha.GetRefused() != "" {
 			if w.cancelAttempt(k, fmt.Errorf("%w: %s", ErrAttemptStale, ha.GetRefused())) {
 				w.log.Info("aion worker: heartbeat refused; stopping the attempt", "activity", k.String(), "reason", ha.GetRefused())
-			}
-		case ha.GetCancelRequested():
-			if w.cancelAttempt(k, fmt.Errorf("%w (heartbeat answered cancel_requested)", ErrActivityCanceled)) {
-				w.log.Info("aion worker: activity canceled", "activity", k.String())
 			}
 		}
 

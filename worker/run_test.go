@@ -738,13 +738,15 @@ func TestUnacknowledgedResultIsResentAfterTheConnectionDies(t *testing.T) {
 		cut func(w *wire, id string)
 		// attempts is how many attempts the activity takes.
 		attempts int
+		// resent is the answer to the re-sent copy of attempt 1's result.
+		resent aionv1.ResultStatus
 	}{
 		{"the ack is lost after the result was made durable", func(w *wire, id string) {
 			w.cutAfterRecv(isResultAck(id, 1))
-		}, 1},
+		}, 1, aionv1.ResultStatus_RESULT_STATUS_ALREADY_RECORDED},
 		{"the result is lost before it reached the server", func(w *wire, id string) {
 			w.cutBeforeSend(isResult(id, 1))
-		}, 2},
+		}, 2, aionv1.ResultStatus_RESULT_STATUS_STALE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -770,7 +772,9 @@ func TestUnacknowledgedResultIsResentAfterTheConnectionDies(t *testing.T) {
 				t.Fatalf("activity %+v after %d handler calls, want completed after %d attempt(s)", a, calls.Load(), tc.attempts)
 			}
 			// The first result went out on the first stream and again,
-			// unprompted, on the next one; the server refused the copy.
+			// unprompted, on the next one; the server answered the copy
+			// ALREADY_RECORDED when the first had been recorded, and STALE
+			// when the attempt had been lost with its stream.
 			servertest.Eventually(t, "the re-sent result's ack", func() bool {
 				return len(run.wire.recvWhere(isResultAck(id, 1))) > 0
 			})
@@ -778,8 +782,8 @@ func TestUnacknowledgedResultIsResentAfterTheConnectionDies(t *testing.T) {
 			if len(sent) != 2 || sent[0].stream != 1 || sent[1].stream < 2 {
 				t.Fatalf("result of attempt 1 sent %d time(s), want on stream 1 then on a later one: %v", len(sent), sent)
 			}
-			if ack := run.wire.recvWhere(isResultAck(id, 1))[0]; ack.stream != sent[1].stream || ack.msg.GetResultAck().GetRefused() == "" {
-				t.Fatalf("ack of the re-sent result = %v on stream %d, want refused on stream %d", ack.msg, ack.stream, sent[1].stream)
+			if ack := run.wire.recvWhere(isResultAck(id, 1))[0]; ack.stream != sent[1].stream || ack.msg.GetResultAck().GetStatus() != tc.resent {
+				t.Fatalf("ack of the re-sent result = %v on stream %d, want %v on stream %d", ack.msg, ack.stream, tc.resent, sent[1].stream)
 			}
 			// Nothing is left unacknowledged: the stop is prompt and clean.
 			start := time.Now()

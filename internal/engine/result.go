@@ -72,10 +72,7 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		end.State, end.ClosedAt = store.StateCanceled, now
 		end.ActivityFailure = &store.Failure{Type: "canceled", Message: "the worker reported the attempt canceled"}
 	default:
-		f := out.Failure
-		if f == nil {
-			f = &store.Failure{Type: "error", Message: "the worker reported a failure without details", Retryable: true}
-		}
+		f := out.failure()
 		// A handler stopped by its deadline races the server's own timer;
 		// a failure at or past a deadline is that timeout, whoever saw it first.
 		outcome := store.OutcomeFailed

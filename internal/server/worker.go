@@ -344,12 +344,7 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		default:
 			return status.Error(codes.InvalidArgument, "activity_result.outcome: missing; want completed, failed or canceled")
 		}
-		ns, id, attempt := r.GetNamespace(), r.GetActivityId(), r.GetAttempt()
-		s.eng.Complete(w, ns, id, int(attempt), out, func(refused string) {
-			c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_ResultAck{ResultAck: &aionv1.ResultAck{
-				Namespace: ns, ActivityId: id, Attempt: attempt, Refused: refused,
-			}}})
-		})
+		s.completeResult(c, w, r, out)
 	case *aionv1.WorkerMessage_ActivityHeartbeat:
 		h := f.ActivityHeartbeat
 		if err := checkAttemptRef("activity_heartbeat", h.GetNamespace(), h.GetActivityId(), h.GetAttempt()); err != nil {
@@ -381,6 +376,63 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		return status.Errorf(codes.InvalidArgument, "frame: %s is not a worker frame", frameKind(m))
 	}
 	return nil
+}
+
+// completeResult hands a worker's result to the engine and answers it with a
+// ResultAck. An accepted result is answered RECORDED once it is durable. A
+// refused one is answered here, on the stream's handler, after a look-up:
+// ALREADY_RECORDED when the store holds this same outcome (the worker lost
+// the first ack), STALE otherwise. The look-up waits for the writes before
+// it, so it is bounded; when it fails the result is not answered at all,
+// and the worker sends it again after its next reconnect.
+func (s *Server) completeResult(c *conn, w *registry.Worker, r *aionv1.ActivityResult, out engine.Outcome) {
+	ns, id, attempt := r.GetNamespace(), r.GetActivityId(), r.GetAttempt()
+	answer := func(st aionv1.ResultStatus, refused string) {
+		c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_ResultAck{ResultAck: &aionv1.ResultAck{
+			Namespace: ns, ActivityId: id, Attempt: attempt, Refused: refused, Status: st,
+		}}})
+	}
+	// The engine answers a refusal during Complete and an acceptance later,
+	// from the committer; only the first kind is kept for the look-up.
+	var (
+		mu        sync.Mutex
+		returned  bool
+		refusedAt string
+	)
+	s.eng.Complete(w, ns, id, int(attempt), out, func(refused string) {
+		if refused == "" {
+			answer(aionv1.ResultStatus_RESULT_STATUS_RECORDED, "")
+			return
+		}
+		mu.Lock()
+		during := !returned
+		if during {
+			refusedAt = refused
+		}
+		mu.Unlock()
+		if !during {
+			answer(aionv1.ResultStatus_RESULT_STATUS_STALE, refused)
+		}
+	})
+	mu.Lock()
+	returned = true
+	refused := refusedAt
+	mu.Unlock()
+	if refused == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.stream.Context(), max(s.cfg.HeartbeatWindow/4, 10*time.Millisecond))
+	defer cancel()
+	recorded, err := s.eng.Recorded(ctx, w, ns, id, int(attempt), out)
+	switch {
+	case err != nil:
+		s.log.Warn("result left unanswered: could not tell whether it was recorded before", "worker", w.ID(),
+			"namespace", ns, "activity", id, "attempt", attempt, "err", err)
+	case recorded:
+		answer(aionv1.ResultStatus_RESULT_STATUS_ALREADY_RECORDED, "")
+	default:
+		answer(aionv1.ResultStatus_RESULT_STATUS_STALE, refused)
+	}
 }
 
 func checkAttemptRef(frame, ns, id string, attempt uint32) error {

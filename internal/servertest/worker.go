@@ -22,6 +22,8 @@ type Worker struct {
 	held   []*aionv1.ServerMessage
 	// ID is the worker id from RegisterAck.
 	ID uint64
+	// Ack is the RegisterAck.
+	Ack *aionv1.RegisterAck
 }
 
 // Connect opens a stream, registers reg and waits for RegisterAck. The
@@ -75,7 +77,7 @@ func (s *Server) TryConnect(t testing.TB, reg *aionv1.Register) (*Worker, error)
 	if ack == nil {
 		t.Fatalf("servertest: first server frame is %v, want RegisterAck", m)
 	}
-	w.ID = ack.GetWorkerId()
+	w.ID, w.Ack = ack.GetWorkerId(), ack
 	return w, nil
 }
 
@@ -150,6 +152,37 @@ func (w *Worker) report(r *aionv1.ActivityResult) *aionv1.ResultAck {
 		a := m.GetResultAck()
 		return a != nil && a.GetActivityId() == r.GetActivityId() && a.GetAttempt() == r.GetAttempt()
 	}).GetResultAck()
+}
+
+// Send sends one frame.
+func (w *Worker) Send(m *aionv1.WorkerMessage) {
+	w.t.Helper()
+	if err := w.stream.Send(m); err != nil {
+		w.t.Fatalf("servertest: worker %d send: %v", w.ID, err)
+	}
+}
+
+// CloseSend closes the worker's side of the stream, as a worker that has
+// drained does.
+func (w *Worker) CloseSend() {
+	w.t.Helper()
+	if err := w.stream.CloseSend(); err != nil {
+		w.t.Fatalf("servertest: worker %d close send: %v", w.ID, err)
+	}
+}
+
+// End waits for the stream to end, dropping the frames still arriving, and
+// returns its final error: nil when the server ended it with OK.
+func (w *Worker) End() error {
+	w.t.Helper()
+	for {
+		if _, ok := w.recv(10 * time.Second); !ok {
+			if err := <-w.end; err != io.EOF {
+				return err
+			}
+			return nil
+		}
+	}
 }
 
 // Close cancels the stream, as a worker process dying would.

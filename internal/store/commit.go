@@ -31,6 +31,8 @@ type Committer struct {
 // goroutine and must not block.
 type Done func(changed bool, err error)
 
+// request is one submitted write, or a flush mark (w nil) whose done runs
+// once every write submitted before it is done.
 type request struct {
 	w    Write
 	done Done
@@ -95,6 +97,29 @@ func (c *Committer) Commit(ctx context.Context, w Write) (bool, error) {
 	}
 }
 
+// Flush waits until every write submitted before it is durable or has
+// failed (whatever its outcome), or until ctx ends. It writes nothing.
+func (c *Committer) Flush(ctx context.Context) error {
+	ch := make(chan error, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.pending = append(c.pending, request{done: func(_ bool, err error) { ch <- err }})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("flush: %w", ctx.Err())
+	}
+}
+
 // Close commits what is queued, then stops. Later submissions fail with
 // ErrClosed.
 func (c *Committer) Close() {
@@ -138,25 +163,36 @@ func (c *Committer) run() {
 }
 
 func (c *Committer) commit(batch []request) {
-	writes := make([]Write, len(batch))
-	for i, r := range batch {
-		writes[i] = r.w
+	writes := make([]Write, 0, len(batch))
+	for _, r := range batch {
+		if r.w != nil {
+			writes = append(writes, r.w)
+		}
 	}
-	start := time.Now()
-	// The batch is not tied to any one caller's context: callers that gave
-	// up still have their writes committed, in order, like everyone else's.
-	changed, err := c.apply(context.Background(), writes)
-	if c.observe != nil {
-		c.observe(len(batch), time.Since(start))
+	var (
+		changed []bool
+		err     error
+	)
+	if len(writes) > 0 {
+		start := time.Now()
+		// The batch is not tied to any one caller's context: callers that
+		// gave up still have their writes committed, in order, like
+		// everyone else's.
+		changed, err = c.apply(context.Background(), writes)
+		if c.observe != nil {
+			c.observe(len(writes), time.Since(start))
+		}
 	}
-	for i, r := range batch {
-		if r.done == nil {
+	i := 0
+	for _, r := range batch {
+		if r.w == nil {
+			r.done(false, nil) // a flush mark: what came before it is done
 			continue
 		}
-		if err != nil {
-			r.done(false, err)
-		} else {
-			r.done(changed[i], nil)
+		ch := err == nil && changed[i]
+		i++
+		if r.done != nil {
+			r.done(ch, err)
 		}
 	}
 }
