@@ -773,10 +773,50 @@ func TestActivityJSON(t *testing.T) {
 		t.Errorf("JSON lacks the scheduled time in UTC:\n%s", s)
 	}
 
-	// Details another SDK wrote in some other encoding come out as base64.
+	// Details another SDK wrote in some other encoding come out as base64,
+	// marked as such.
 	odd := activityFromProto(&aionv1.Activity{Id: "x", LastHeartbeatDetails: []byte{0xff, 0x00}})
-	if b, err := json.Marshal(odd); err != nil || !strings.Contains(string(b), `"last_heartbeat_details":"/wA="`) {
+	if b, err := json.Marshal(odd); err != nil || !strings.Contains(string(b), `"last_heartbeat_details":{"base64":"/wA="}`) {
 		t.Errorf("non-JSON details: %s, %v", b, err)
+	}
+}
+
+func TestListedActivityJSONLeavesAttemptsOutAndGetHasThem(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := ctxFor(t)
+	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"l"}, ActivityTypes: []string{"echo"}})
+	h, err := Schedule(ctx, e.c, ScheduleOptions{Namespace: "l", ID: "ran", ActivityType: "echo"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Complete(w.Task(), []byte(`2`))
+	if _, err := h.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.c.List(ctx, ListOptions{Namespace: "l"})
+	if err != nil || len(page.Activities) != 1 {
+		t.Fatalf("list = %+v, %v", page, err)
+	}
+	listed, err := json.Marshal(page.Activities[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A listing does not read attempts: no "attempts": [] that would say
+	// the activity never ran; "attempt" says how far it got.
+	if strings.Contains(string(listed), `"attempts"`) || !strings.Contains(string(listed), `"attempt":1`) {
+		t.Errorf("listed activity JSON: %s", listed)
+	}
+	got, err := e.c.Get(ctx, "l", "ran")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(full), `"attempts":[{"number":1,`) {
+		t.Errorf("activity JSON from Get lacks its attempt: %s", full)
 	}
 }
 
@@ -789,7 +829,7 @@ func TestPayloadJSON(t *testing.T) {
 		{nil, `null`},
 		{Payload(`{ "a" : 1 }`), `{"a":1}`},
 		{Payload(`"s"`), `"s"`},
-		{Payload("not json"), `"bm90IGpzb24="`},
+		{Payload("not json"), `{"base64":"bm90IGpzb24="}`},
 	} {
 		b, err := json.Marshal(tc.p)
 		if err != nil || string(b) != tc.want {
@@ -799,6 +839,9 @@ func TestPayloadJSON(t *testing.T) {
 	var p Payload
 	if err := json.Unmarshal([]byte(`{"a":[1,2]}`), &p); err != nil || string(p) != `{"a":[1,2]}` {
 		t.Errorf("Unmarshal = %q, %v", p, err)
+	}
+	if err := json.Unmarshal([]byte(`{"base64":"bm90IGpzb24="}`), &p); err != nil || string(p) != "not json" {
+		t.Errorf("Unmarshal of marked bytes = %q, %v", p, err)
 	}
 }
 

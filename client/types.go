@@ -1,8 +1,6 @@
 package client
 
 import (
-	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/payload"
 )
 
 // State is where an activity is in its lifecycle.
@@ -123,34 +122,23 @@ func outcomeFromProto(o aionv1.AttemptOutcome) Outcome {
 	return ""
 }
 
-// Payload is an opaque byte payload that is JSON in practice. It marshals to
-// JSON as the document itself when it is valid JSON, as null when empty,
-// and otherwise as a base64 string (a payload another SDK wrote in some
-// other encoding).
+// Payload is an opaque byte payload that is JSON by convention. It marshals
+// to JSON as the HTTP API shows payloads: the document itself when it is
+// valid JSON, null when empty, and otherwise (bytes another SDK wrote in
+// some other encoding) as {"base64": "<standard base64>"}.
 type Payload []byte
 
 // MarshalJSON implements json.Marshaler.
-func (p Payload) MarshalJSON() ([]byte, error) {
-	if len(p) == 0 {
-		return []byte("null"), nil
-	}
-	if json.Valid(p) {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, p); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
-	}
-	return json.Marshal(base64.StdEncoding.EncodeToString(p))
-}
+func (p Payload) MarshalJSON() ([]byte, error) { return payload.JSON(p), nil }
 
-// UnmarshalJSON implements json.Unmarshaler: it keeps the raw document.
+// UnmarshalJSON implements json.Unmarshaler, reversing MarshalJSON: it
+// keeps a JSON document as it is and decodes {"base64": …} to its bytes.
 func (p *Payload) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*p = nil
-		return nil
+	v, err := payload.FromJSON(b)
+	if err != nil {
+		return err
 	}
-	*p = append((*p)[:0], b...)
+	*p = v
 	return nil
 }
 
@@ -320,7 +308,7 @@ type activityJSON struct {
 	ScheduledTime          *time.Time      `json:"scheduled_time,omitempty"`
 	StartedTime            *time.Time      `json:"started_time,omitempty"`
 	ClosedTime             *time.Time      `json:"closed_time,omitempty"`
-	Attempts               []attemptJSON   `json:"attempts"`
+	Attempts               []attemptJSON   `json:"attempts,omitempty"`
 	LastHeartbeatDetails   Payload         `json:"last_heartbeat_details,omitempty"`
 }
 
@@ -344,7 +332,9 @@ type attemptJSON struct {
 
 // MarshalJSON gives Activity a stable, readable JSON form (the one
 // `aion activity get --output json` prints): snake_case keys, durations as
-// strings such as "1m30s", times in RFC 3339, payloads inline.
+// strings such as "1m30s", times in RFC 3339, payloads inline. "attempts"
+// is left out when Attempts is empty: List leaves them out, and an
+// activity that never started has none ("attempt" is 0).
 func (a *Activity) MarshalJSON() ([]byte, error) {
 	j := activityJSON{
 		ID: a.ID, Namespace: a.Namespace, TaskQueue: a.TaskQueue, ActivityType: a.ActivityType,
@@ -364,7 +354,6 @@ func (a *Activity) MarshalJSON() ([]byte, error) {
 		ScheduledTime:        timePtr(a.ScheduledTime),
 		StartedTime:          timePtr(a.StartedTime),
 		ClosedTime:           timePtr(a.ClosedTime),
-		Attempts:             make([]attemptJSON, 0, len(a.Attempts)),
 		LastHeartbeatDetails: a.LastHeartbeatDetails,
 	}
 	for _, at := range a.Attempts {

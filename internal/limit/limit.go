@@ -30,6 +30,10 @@ const (
 	NonRetryableTypes = 64
 	// WorkerNamespaces bounds the namespaces one worker may serve.
 	WorkerNamespaces = 1000
+	// WorkerActivityTypes bounds the activity types one worker may serve.
+	WorkerActivityTypes = 256
+	// WorkerSlots bounds the slots one worker may register (0 means 1).
+	WorkerSlots = 10000
 	// Identity and SDKVersion bound what a worker says about itself; longer
 	// values are clipped on a character boundary, not refused.
 	Identity   = 256

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,14 +9,18 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/payload"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // maxJSONBody bounds a JSON request body.
@@ -69,11 +74,11 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			q := r.URL.Query()
 			req := &aionv1.ListActivitiesRequest{Namespace: q.Get("namespace"), ActivityType: q.Get("type"), PageToken: q.Get("page_token")}
 			if v := q.Get("state"); v != "" {
-				st, ok := aionv1.ActivityState_value["ACTIVITY_STATE_"+upper(v)]
-				if !ok {
-					return nil, status.Errorf(codes.InvalidArgument, "state: %q is not an activity state", v)
+				st, err := stateParam(v)
+				if err != nil {
+					return nil, err
 				}
-				req.State = aionv1.ActivityState(st)
+				req.State = st
 			}
 			if v := q.Get("page_size"); v != "" {
 				n, err := strconv.Atoi(v)
@@ -110,17 +115,108 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 }
 
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
+// stateParam reads the state filter: the enum name the JSON API answers
+// with (ACTIVITY_STATE_TIMED_OUT) or its short form (timed_out), in any case.
+func stateParam(v string) (aionv1.ActivityState, error) {
+	name := strings.ToUpper(v)
+	if !strings.HasPrefix(name, "ACTIVITY_STATE_") {
+		name = "ACTIVITY_STATE_" + name
 	}
-	return string(b)
+	st, ok := aionv1.ActivityState_value[name]
+	if !ok || st == int32(aionv1.ActivityState_ACTIVITY_STATE_UNSPECIFIED) {
+		return 0, status.Errorf(codes.InvalidArgument,
+			"state: %q is not an activity state; want scheduled, running, completed, failed, canceled or timed_out (or the enum name, ACTIVITY_STATE_COMPLETED)", v)
+	}
+	return aionv1.ActivityState(st), nil
 }
 
 var jsonOut = protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: true}
+
+// apiJSON is protojson of m, with every bytes field (payloads, results,
+// details) shown by the payload rule: the JSON itself when it is JSON,
+// {"base64": "..."} otherwise, rather than protojson's bare base64.
+func apiJSON(m proto.Message) ([]byte, error) {
+	b, err := jsonOut.Marshal(m)
+	if err != nil || !hasBytes(m.ProtoReflect().Descriptor()) {
+		return b, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // numbers go back out exactly as protojson wrote them
+	var tree map[string]any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("render %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	showPayloads(m.ProtoReflect(), tree)
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(tree); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+}
+
+// showPayloads replaces, in obj (the protojson of m), each bytes field
+// with its payload rendering, in m and in every message under it.
+func showPayloads(m protoreflect.Message, obj map[string]any) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		key := string(fd.Name())
+		switch {
+		case fd.IsMap():
+		case fd.IsList():
+			items, _ := obj[key].([]any)
+			list := v.List()
+			for i := 0; i < list.Len() && i < len(items); i++ {
+				switch fd.Kind() {
+				case protoreflect.BytesKind:
+					items[i] = json.RawMessage(payload.JSON(list.Get(i).Bytes()))
+				case protoreflect.MessageKind, protoreflect.GroupKind:
+					if sub, ok := items[i].(map[string]any); ok {
+						showPayloads(list.Get(i).Message(), sub)
+					}
+				}
+			}
+		case fd.Kind() == protoreflect.BytesKind:
+			obj[key] = json.RawMessage(payload.JSON(v.Bytes()))
+		case fd.Kind() == protoreflect.MessageKind:
+			if sub, ok := obj[key].(map[string]any); ok { // not a well-known type shown as a string
+				showPayloads(v.Message(), sub)
+			}
+		}
+		return true
+	})
+}
+
+// bytesIn caches, per message type, whether it holds a bytes field at any
+// depth.
+var bytesIn sync.Map // protoreflect.FullName -> bool
+
+func hasBytes(md protoreflect.MessageDescriptor) bool {
+	if v, ok := bytesIn.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	found := scanBytes(md, map[protoreflect.FullName]bool{})
+	bytesIn.Store(md.FullName(), found)
+	return found
+}
+
+func scanBytes(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Kind() == protoreflect.BytesKind {
+			return true
+		}
+		if fd.Message() != nil && scanBytes(fd.Message(), seen) {
+			return true
+		}
+	}
+	return false
+}
 
 func respond(w http.ResponseWriter, r *http.Request, call func(context.Context) (proto.Message, error)) {
 	msg, err := call(r.Context())
@@ -128,7 +224,7 @@ func respond(w http.ResponseWriter, r *http.Request, call func(context.Context) 
 		writeError(w, err)
 		return
 	}
-	b, err := jsonOut.Marshal(msg)
+	b, err := apiJSON(msg)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -23,10 +23,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Limits on a worker registration.
+// Limits on a worker stream (the sizes of a registration are in
+// internal/limit).
 const (
-	maxActivityTypes = 256
-	maxSlots         = 10000
 	// maxOutbound bounds frames queued for one worker; a worker that stops
 	// reading while asking for more (pings, heartbeats) is disconnected with
 	// reason timeout, as one that stops reading is after half its window.
@@ -493,8 +492,8 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 	if err := name.CheckOptional("node", r.GetNode(), name.MaxName); err != nil {
 		return registry.Spec{}, err
 	}
-	if n := len(r.GetActivityTypes()); n == 0 || n > maxActivityTypes {
-		return registry.Spec{}, fmt.Errorf("activity_types: %d given, want 1 to %d: %w", n, maxActivityTypes, errInvalid)
+	if n := len(r.GetActivityTypes()); n == 0 || n > limit.WorkerActivityTypes {
+		return registry.Spec{}, fmt.Errorf("activity_types: %d given, want 1 to %d: %w", n, limit.WorkerActivityTypes, errInvalid)
 	}
 	for i, t := range r.GetActivityTypes() {
 		if err := name.Check(fmt.Sprintf("activity_types[%d]", i), t, name.MaxName); err != nil {
@@ -505,8 +504,8 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 	if slots == 0 {
 		slots = 1
 	}
-	if slots > maxSlots {
-		return registry.Spec{}, fmt.Errorf("slots: %d, at most %d allowed: %w", slots, maxSlots, errInvalid)
+	if slots > limit.WorkerSlots {
+		return registry.Spec{}, fmt.Errorf("slots: %d, at most %d allowed: %w", slots, limit.WorkerSlots, errInvalid)
 	}
 	var caps registry.Capabilities
 	for i, p := range r.GetCapabilities() {

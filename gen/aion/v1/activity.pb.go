@@ -229,13 +229,15 @@ type Activity struct {
 	ActivityType string `protobuf:"bytes,4,opt,name=activity_type,json=activityType,proto3" json:"activity_type,omitempty"`
 	// Node the activity is pinned to; empty when not pinned.
 	Node string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
-	// Input, opaque to the server.
+	// Input: bytes the server stores and returns unchanged, never parses; by convention JSON.
+	// The HTTP API shows it as JSON, or {"base64": "..."} when it is not (docs/protocol.md,
+	// payloads).
 	Payload []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Lifecycle state.
 	State ActivityState `protobuf:"varint,7,opt,name=state,proto3,enum=aion.v1.ActivityState" json:"state,omitempty"`
 	// Number of the current or last attempt; 0 before the first one starts.
 	Attempt uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Result of the successful attempt; set when state is COMPLETED.
+	// Result of the successful attempt; set when state is COMPLETED. Shown like payload.
 	Result []byte `protobuf:"bytes,9,opt,name=result,proto3" json:"result,omitempty"`
 	// Why the activity ended; set when state is FAILED, CANCELED or TIMED_OUT.
 	Failure *Failure `protobuf:"bytes,10,opt,name=failure,proto3" json:"failure,omitempty"`
@@ -255,7 +257,7 @@ type Activity struct {
 	StartedTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=started_time,json=startedTime,proto3" json:"started_time,omitempty"`
 	// When the activity reached a terminal state; unset before that.
 	ClosedTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=closed_time,json=closedTime,proto3" json:"closed_time,omitempty"`
-	// Every attempt so far, oldest first.
+	// Every attempt so far, oldest first. Left out (empty) by List; attempt gives the number.
 	Attempts []*Attempt `protobuf:"bytes,19,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// Details of the last accepted heartbeat; empty if none.
 	LastHeartbeatDetails []byte `protobuf:"bytes,20,opt,name=last_heartbeat_details,json=lastHeartbeatDetails,proto3" json:"last_heartbeat_details,omitempty"`
@@ -553,7 +555,7 @@ type ScheduleRequest struct {
 	TaskQueue string `protobuf:"bytes,3,opt,name=task_queue,json=taskQueue,proto3" json:"task_queue,omitempty"`
 	// Activity type to run; required.
 	ActivityType string `protobuf:"bytes,4,opt,name=activity_type,json=activityType,proto3" json:"activity_type,omitempty"`
-	// Input, opaque to the server.
+	// Input, at most 2 MiB: bytes the server stores and delivers unchanged; by convention JSON.
 	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Optional node pin: only a worker advertising this node may run the activity.
 	Node string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
@@ -1326,7 +1328,7 @@ func (x *ListActivitiesRequest) GetIncludePayloads() bool {
 	return false
 }
 
-// ListActivitiesResponse is one page of activities.
+// ListActivitiesResponse is one page of activities, each without its attempts.
 type ListActivitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The activities of this page.

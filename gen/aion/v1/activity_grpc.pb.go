@@ -50,7 +50,8 @@ type ActivityServiceClient interface {
 	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitResponse, error)
 	// Cancel cancels an activity that is not yet terminal; a running attempt is told to stop.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
-	// List returns a namespace's activities, newest first, one page at a time.
+	// List returns a namespace's activities, newest first, one page at a time, without their
+	// attempts (Get returns those) and, unless asked, without their payloads.
 	List(ctx context.Context, in *ListActivitiesRequest, opts ...grpc.CallOption) (*ListActivitiesResponse, error)
 	// Intervene sends a mid-run command to the worker running the activity's current attempt.
 	Intervene(ctx context.Context, in *InterveneRequest, opts ...grpc.CallOption) (*InterveneResponse, error)
@@ -154,7 +155,8 @@ type ActivityServiceServer interface {
 	Wait(context.Context, *WaitRequest) (*WaitResponse, error)
 	// Cancel cancels an activity that is not yet terminal; a running attempt is told to stop.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
-	// List returns a namespace's activities, newest first, one page at a time.
+	// List returns a namespace's activities, newest first, one page at a time, without their
+	// attempts (Get returns those) and, unless asked, without their payloads.
 	List(context.Context, *ListActivitiesRequest) (*ListActivitiesResponse, error)
 	// Intervene sends a mid-run command to the worker running the activity's current attempt.
 	Intervene(context.Context, *InterveneRequest) (*InterveneResponse, error)

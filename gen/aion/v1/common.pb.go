@@ -42,7 +42,7 @@ type Failure struct {
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// Whether the worker considers the failure transient; false ends the activity without retry.
 	Retryable bool `protobuf:"varint,3,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	// Opaque application details (for example a JSON document or a stack trace).
+	// Application details, at most 256 KiB: bytes the server never parses; by convention JSON.
 	Details       []byte `protobuf:"bytes,4,opt,name=details,proto3" json:"details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

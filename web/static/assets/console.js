@@ -644,8 +644,17 @@ function syncNamespaceOptions() {
     acts.ns = names[0];
     activitiesTable.quiet = true;
     loadActivities();
+  } else if (!names.length && state.snapshots) {
+    setActivitiesEmpty("No namespace yet: one appears when a worker registers or an activity is scheduled.");
   }
   sel.value = acts.ns;
+}
+
+// setActivitiesEmpty shows text in place of the activity list.
+function setActivitiesEmpty(text) {
+  const empty = $("activities-empty");
+  empty.textContent = text;
+  empty.hidden = false;
 }
 
 function writeHash() {
@@ -661,9 +670,11 @@ function writeHash() {
 function readHash() {
   const q = new URLSearchParams(location.hash.slice(1));
   acts.ns = q.get("ns") || "";
-  acts.state = q.get("state") || "";
   acts.type = q.get("type") || "";
-  $("act-state").value = acts.state;
+  // The filter is what the menus show: a state the menu does not offer
+  // (an old or hand-edited link) becomes "any" rather than a hidden filter.
+  $("act-state").value = q.get("state") || "";
+  acts.state = $("act-state").value;
   $("act-type").value = acts.type;
   syncNamespaceOptions();
   if (acts.ns && q.get("activity")) openDetail(acts.ns, q.get("activity"));
@@ -675,8 +686,7 @@ async function loadActivities(background = false) {
   const empty = $("activities-empty");
   if (!acts.ns) {
     activitiesTable.flushOrdered([], () => undefined);
-    empty.textContent = "Pick a namespace to list its activities.";
-    empty.hidden = false;
+    setActivitiesEmpty(state.namespaces.size ? "Pick a namespace to list its activities." : "No namespace yet.");
     return;
   }
   const q = new URLSearchParams({ namespace: acts.ns, page_size: String(PAGE_SIZE) });
@@ -690,7 +700,11 @@ async function loadActivities(background = false) {
   try {
     res = await api(`/api/v1/activities?${q}`);
   } catch (err) {
-    if (req === acts.req) $("act-status").textContent = err.message;
+    if (req !== acts.req) return;
+    $("act-status").textContent = err.message;
+    // A list shown before stays (a refresh that failed); an empty panel
+    // says why it is empty.
+    if (!activitiesTable.size) setActivitiesEmpty(`Could not list the activities of ${acts.ns}: ${err.message}`);
     return;
   }
   if (req !== acts.req) return; // a newer request (filter change) superseded this one
@@ -837,8 +851,8 @@ function renderDetail(a) {
       h("td", { className: "failure", dataset: { col: "failure" } }, failureText(t.failure)),
     );
   });
-  const result = fmt.bytes(a.result);
-  const payload = fmt.bytes(a.payload);
+  const result = fmt.payload(a.result);
+  const payload = fmt.payload(a.payload);
   $("activity-detail").replaceChildren(
     detailHead(a.id, st),
     kv([

@@ -75,22 +75,22 @@ export function span(from, to) {
   return (b - a) / 1000;
 }
 
-// bytes decodes a protojson bytes field (base64) for display: the text when
-// it is UTF-8, else a size.
-export function bytes(b64, limit = 4000) {
-  if (!b64) return "";
-  let raw;
-  try {
-    raw = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  } catch {
-    return `(${b64.length} base64 chars)`;
+// payload renders a payload as the JSON API gives it (docs/protocol.md,
+// payloads): a JSON value is shown as JSON, on one line when short; bytes
+// that are not JSON come as {"base64": "..."} and are shown as such, marked.
+export function payload(v, limit = 4000) {
+  if (v === undefined || v === null) return "";
+  const keys = typeof v === "object" && !Array.isArray(v) ? Object.keys(v) : [];
+  if (keys.length === 1 && keys[0] === "base64" && typeof v.base64 === "string") {
+    const size = Math.floor((v.base64.length * 3) / 4) - (v.base64.match(/=*$/)[0].length);
+    return clip(`not JSON, ${size} bytes, base64: ${v.base64}`, limit);
   }
-  try {
-    const text = new TextDecoder("utf-8", { fatal: true }).decode(raw);
-    return text.length > limit ? `${text.slice(0, limit)}… (${raw.length} bytes)` : text;
-  } catch {
-    return `(${raw.length} bytes, binary)`;
-  }
+  const line = JSON.stringify(v);
+  return clip(line.length <= 80 ? line : JSON.stringify(v, null, 2), limit);
+}
+
+function clip(text, limit) {
+  return text.length > limit ? `${text.slice(0, limit)}… (${text.length} characters)` : text;
 }
 
 // placement renders a namespace's placement: "unplaced", "pinned n1, n2".
