@@ -16,13 +16,14 @@ import (
 // Causes of a handler's context cancellation; context.Cause(ctx) returns an
 // error wrapping one of them.
 var (
-	// ErrActivityCanceled: the activity was canceled (CancelActivity, a
-	// heartbeat answered with cancel_requested, or a cancel intervention).
+	// ErrActivityCanceled: the server gave the attempt up (CancelActivity:
+	// the activity was canceled or the attempt timed out) or a cancel
+	// intervention arrived.
 	// A handler that returns an error after this is reported as canceled.
 	ErrActivityCanceled = errors.New("activity canceled")
 	// ErrAttemptStale: the server refused a heartbeat because this attempt
 	// is no longer current (it timed out or was retried elsewhere). Its
-	// result will be refused too, so the handler should stop.
+	// result will be answered STALE too, so the handler should stop.
 	ErrAttemptStale = errors.New("attempt is no longer current")
 	// ErrWorkerStopping: the worker is stopping and the attempt ran past the
 	// stop timeout (or the server's drain deadline). It is reported as a

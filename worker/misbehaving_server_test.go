@@ -4,9 +4,8 @@ package worker
 // the real server, because they check how the worker copes with frames the
 // real aion server never sends: a task before RegisterAck, more tasks than
 // the worker has slots, results that are never acknowledged, a task of a
-// type the worker never registered, the same attempt twice, a
-// HeartbeatAck with cancel_requested (the server cancels through
-// CancelActivity instead), and interventions the server gates away: for a
+// type the worker never registered, the same attempt twice, and
+// interventions the server gates away: for a
 // primitive the worker did not advertise, with no command, or for an
 // attempt the worker is not running (the real server answers stale_target
 // instead of sending those). Everything the real server can produce is tested
