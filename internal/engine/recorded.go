@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -11,7 +12,8 @@ import (
 
 // Recorded reports whether a result that Complete refused is one the store
 // already holds: the attempt ended durably with this same outcome (the same
-// kind and, for a failure, the same type and message), so the worker is
+// kind, and the same result bytes, or for a failure the same type and
+// message), so the worker is
 // re-sending a result whose ResultAck it lost, after a reconnect or a server
 // restart. It first waits until every write this server submitted earlier
 // is done, so a first copy still being written counts. A worker that does
@@ -28,9 +30,19 @@ func (e *Engine) Recorded(ctx context.Context, w *registry.Worker, ns, id string
 		return false, fmt.Errorf("look up attempt %d of activity %q in namespace %q: %w", attempt, id, ns, err)
 	}
 	for _, at := range attempts {
-		if at.Number == attempt {
-			return sameOutcome(at, out), nil
+		if at.Number != attempt || !sameOutcome(at, out) {
+			continue
 		}
+		if !out.Completed {
+			return true, nil
+		}
+		// A completed attempt is the activity's last: its result is the
+		// activity's.
+		rec, err := e.st.GetActivity(ctx, ns, id)
+		if err != nil {
+			return false, fmt.Errorf("look up the result of activity %q in namespace %q: %w", id, ns, err)
+		}
+		return bytes.Equal(rec.Result, out.Result), nil
 	}
 	return false, nil
 }

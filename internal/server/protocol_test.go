@@ -172,6 +172,7 @@ func TestResentResultIsAnsweredAlreadyRecordedAndADiscardedOneStale(t *testing.T
 	recorded(again, tasks["canceled"], canceled(), aionv1.ResultStatus_RESULT_STATUS_STALE)
 	// Another outcome than the one recorded is not "already recorded".
 	recorded(again, tasks["done"], failed("boom", "no"), aionv1.ResultStatus_RESULT_STATUS_STALE)
+	recorded(again, tasks["done"], completed(`{"n":2}`), aionv1.ResultStatus_RESULT_STATUS_STALE)
 	recorded(again, tasks["retried"], failed("boom", "another message"), aionv1.ResultStatus_RESULT_STATUS_STALE)
 	recorded(again, &aionv1.ActivityTask{Namespace: "p", ActivityId: "never-scheduled", Attempt: 1}, completed(`1`),
 		aionv1.ResultStatus_RESULT_STATUS_STALE)

@@ -41,8 +41,8 @@ const (
 	// This result is the attempt's outcome and is durable.
 	ResultStatus_RESULT_STATUS_RECORDED ResultStatus = 1
 	// This same result had been recorded before (its first ResultAck was lost to a reconnect or a
-	// server restart); nothing changed. Same outcome kind, and for a failure the same type and
-	// message, as the one recorded.
+	// server restart); nothing changed. Same outcome kind as the one recorded, and the same
+	// result bytes, or for a failure the same type and message.
 	ResultStatus_RESULT_STATUS_ALREADY_RECORDED ResultStatus = 2
 	// Discarded: the attempt is not current on this worker stream (the server canceled it, timed
 	// it out, lost its worker, or recorded a different outcome for it) and the server's outcome
