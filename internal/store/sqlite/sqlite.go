@@ -208,6 +208,44 @@ var migrations = []string{
 		writes     INTEGER NOT NULL,
 		activities INTEGER NOT NULL
 	) STRICT`,
+	// The activities table again, its bulky columns last: SQLite keeps a
+	// large value in a chain of overflow pages and must walk the whole chain
+	// to reach any column stored after it, so a listing that leaves payloads
+	// out read every payload before this order. Listing a namespace newest
+	// first without a state filter walks activities_by_namespace instead of
+	// sorting every activity the namespace holds.
+	`CREATE TABLE activities_next (
+		seq           INTEGER PRIMARY KEY,
+		namespace     TEXT NOT NULL,
+		id            TEXT NOT NULL,
+		task_queue    TEXT NOT NULL,
+		activity_type TEXT NOT NULL,
+		node          TEXT NOT NULL,
+		fingerprint   TEXT NOT NULL,
+		timeouts      TEXT NOT NULL,
+		retry         TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		attempt       INTEGER NOT NULL,
+		scheduled_at  INTEGER NOT NULL,
+		started_at    INTEGER NOT NULL,
+		ready_at      INTEGER NOT NULL,
+		closed_at     INTEGER NOT NULL,
+		failure       TEXT,
+		heartbeat     BLOB,
+		result        BLOB,
+		payload       BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE INDEX activities_by_namespace ON activities (namespace, seq)`,
 }
 
 // migrate brings the schema up to date and gives the database its identity
