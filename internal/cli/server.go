@@ -23,34 +23,35 @@ var defaultServerRunner serverRunner = server.Run
 
 // serverFlags are the flags of `aion server` and `aion dev`.
 type serverFlags struct {
-	grpcAddr        string
-	httpAddr        string
-	dataDir         string
-	drainTimeout    time.Duration
-	heartbeatWindow time.Duration
-	autoCreate      string
-	sqliteSync      string
-	acceptDataLoss  bool
-	pprof           bool
-	auth            string
-	jwtSecretFile   string
-	jwksFile        string
-	jwtIssuer       string
-	jwtAudience     string
-	expiryGrace     time.Duration
-	tlsCert         string
-	tlsKey          string
-	insecureNoAuth  bool
-	maxPending      int
-	maxInFlight     int
-	maxNamespaces   int
-	maxMint         int
-	store           string
-	serverName      string
-	lease           time.Duration
-	maxReceiveMiB   int64
-	tokens          []auth.APIKey
-	limits          limitFlags
+	grpcAddr          string
+	httpAddr          string
+	dataDir           string
+	drainTimeout      time.Duration
+	heartbeatWindow   time.Duration
+	autoCreate        string
+	sqliteSync        string
+	acceptDataLoss    bool
+	pprof             bool
+	maxReceiveRateMiB int64
+	auth              string
+	jwtSecretFile     string
+	jwksFile          string
+	jwtIssuer         string
+	jwtAudience       string
+	expiryGrace       time.Duration
+	tlsCert           string
+	tlsKey            string
+	insecureNoAuth    bool
+	maxPending        int
+	maxInFlight       int
+	maxNamespaces     int
+	maxMint           int
+	store             string
+	serverName        string
+	lease             time.Duration
+	maxReceiveMiB     int64
+	tokens            []auth.APIKey
+	limits            limitFlags
 }
 
 // config checks the flags and builds the server configuration.
@@ -65,6 +66,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.MaxNamespaces, cfg.MaxMintPerRequest = f.maxNamespaces, f.maxMint
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
+	cfg.MaxReceiveRate = f.maxReceiveRateMiB << 20
 	if err := f.limits.apply(&cfg); err != nil {
 		return cfg, err
 	}
@@ -108,6 +110,8 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 		return cfg, fmt.Errorf("--heartbeat-window %v: must be more than zero", cfg.HeartbeatWindow)
 	case f.maxReceiveMiB < 16:
 		return cfg, fmt.Errorf("--max-receive-memory %d: want at least 16 (MiB: two requests of the largest size)", f.maxReceiveMiB)
+	case f.maxReceiveRateMiB < 0:
+		return cfg, fmt.Errorf("--max-receive-rate %d: must not be negative (0: no limit)", f.maxReceiveRateMiB)
 	}
 	return cfg, nil
 }
@@ -205,6 +209,9 @@ refused as by 'aion server' (see --accept-data-loss).`
 	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests still arriving may hold: each call reserves 8 MiB "+
 		"(the largest message) until its request is in, one caller at most half; calls past it are refused (ResourceExhausted)")
 	bindEnv(fl, "max-receive-memory", "AION_MAX_RECEIVE_MEMORY")
+	fl.Int64Var(&f.maxReceiveRateMiB, "max-receive-rate", defaults.MaxReceiveRate>>20, "MiB a second of requests one authenticated caller may send (worker streams aside; not applied with --auth none), with a burst of one second's worth; "+
+		"a call from a caller past it is refused from its headers (ResourceExhausted, with when to retry) (0: no limit)")
+	bindEnv(fl, "max-receive-rate", "AION_MAX_RECEIVE_RATE")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
 	f.limits.register(fl, defaults)

@@ -59,6 +59,12 @@ type Config struct {
 	// has arrived, one caller at most half of it. A call past it is
 	// ResourceExhausted before its body is read. Zero means 256 MiB.
 	MaxReceiveMemory int64
+	// MaxReceiveRate bounds the request bytes one caller may send a
+	// second (with a burst of one second's worth); a call from a
+	// caller past it is ResourceExhausted before its body is read. Worker
+	// streams are not counted, nor any caller when auth is "none" (all
+	// callers are one anonymous caller then). Zero means no limit.
+	MaxReceiveRate int64
 	// MaxNamespaces caps the namespaces the server holds: minting or
 	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
 	// each server counts what it knows of, so the cap is approximate.
@@ -140,6 +146,7 @@ func Defaults() Config {
 		SQLiteSync:       "full",
 		Lease:            10 * time.Second,
 		MaxReceiveMemory: defaultReceiveMemory,
+		MaxReceiveRate:   defaultReceiveRate,
 		Auth:             AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
 
 		MaxPendingBytesPerNamespace: 1 << 30,

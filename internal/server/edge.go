@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aion-run/aion/internal/auth"
@@ -48,6 +49,10 @@ type receiveBudget struct {
 // messages of the largest size arriving at once.
 const defaultReceiveMemory = 32 * limit.Message
 
+// defaultReceiveRate is the receive rate of one caller when none is
+// configured: far above what schedules of ordinary payloads need.
+const defaultReceiveRate = 64 << 20
+
 func newReceiveBudget(bytes int64) *receiveBudget {
 	if bytes <= 0 {
 		bytes = defaultReceiveMemory
@@ -85,6 +90,72 @@ func (b *receiveBudget) take(caller string) (release func(), err error) {
 	}, nil
 }
 
+// receiveRate bounds the request bytes each caller may send a second, as a
+// debt that drains at rate: every request's size is added once it has
+// arrived, and a call whose caller owes more than burst is refused from its
+// headers, so its body is never read. Receiving and refusing megabytes costs
+// the server CPU and disk even when nothing is kept; this is what keeps one
+// tenant's flood of large requests from slowing everyone else's calls.
+type receiveRate struct {
+	rate, burst float64 // bytes; rate a second, 0: no limit
+	now         func() time.Time
+
+	mu   sync.Mutex
+	owes map[string]debt
+}
+
+type debt struct {
+	bytes float64
+	at    time.Time
+}
+
+func newReceiveRate(bytesPerSecond int64, now func() time.Time) *receiveRate {
+	burst := max(float64(bytesPerSecond), limit.Message) // a second's worth, at least one message
+	return &receiveRate{rate: float64(bytesPerSecond), burst: burst, now: now, owes: make(map[string]debt)}
+}
+
+// drained is caller's debt now; the caller's entry goes once it is paid.
+func (r *receiveRate) drained(caller string, now time.Time) float64 {
+	d, ok := r.owes[caller]
+	if !ok {
+		return 0
+	}
+	left := d.bytes - now.Sub(d.at).Seconds()*r.rate
+	if left <= 0 {
+		delete(r.owes, caller)
+		return 0
+	}
+	return left
+}
+
+// admit refuses a call from caller while it owes more than the burst.
+func (r *receiveRate) admit(caller string) error {
+	if r.rate <= 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	owed := r.drained(caller, r.now())
+	if owed <= r.burst {
+		return nil
+	}
+	wait := time.Duration((owed - r.burst) / r.rate * float64(time.Second))
+	return status.Errorf(codes.ResourceExhausted,
+		"%q is sending requests faster than %d bytes a second (--max-receive-rate); retry in %v",
+		caller, int64(r.rate), wait.Round(time.Millisecond)+time.Millisecond)
+}
+
+// charge adds a request of n bytes that arrived from caller.
+func (r *receiveRate) charge(caller string, n int) {
+	if r.rate <= 0 || n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	r.owes[caller] = debt{bytes: r.drained(caller, now) + float64(n), at: now}
+}
+
 type releaseKey struct{}
 
 // reservation is a call's room in the receive budget; untilEnd keeps it for
@@ -92,6 +163,7 @@ type releaseKey struct{}
 type reservation struct {
 	release  func()
 	untilEnd bool
+	caller   string
 }
 
 // admitCall is the transport tap: it runs when a call's headers arrive,
@@ -120,6 +192,9 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	if clientStream && !public {
 		return ctx, nil // a worker stream: one frame at a time, from an authenticated worker
 	}
+	if err := s.receiveRate.admit(caller); err != nil {
+		return nil, err
+	}
 	release, err := s.receiving.take(caller)
 	if err != nil {
 		return nil, err
@@ -127,13 +202,21 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	// However the call ends (even before a handler runs, as when its
 	// deadline has passed), its context ends, and the room comes back.
 	context.AfterFunc(ctx, release)
-	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream}), nil
+	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream, caller: caller}), nil
 }
 
 // received gives back the reservation of the call in ctx once its request
-// has arrived; a stream whose messages keep arriving keeps it to its end.
-func received(ctx context.Context) {
-	if r, ok := ctx.Value(releaseKey{}).(*reservation); ok && !r.untilEnd {
+// m has arrived, and charges its size to the caller's receive rate; a
+// stream whose messages keep arriving keeps the reservation to its end.
+func (s *Server) received(ctx context.Context, m any) {
+	r, ok := ctx.Value(releaseKey{}).(*reservation)
+	if !ok {
+		return
+	}
+	if msg, isProto := m.(proto.Message); isProto {
+		s.receiveRate.charge(r.caller, proto.Size(msg))
+	}
+	if !r.untilEnd {
 		r.release()
 	}
 }
@@ -228,17 +311,17 @@ func badField(msg protoreflect.MessageDescriptor, b []byte, prefix string) strin
 // decoder.
 type decodingStream struct {
 	grpc.ServerStream
-	d *decoder
+	srv *Server
 }
 
 func (s decodingStream) RecvMsg(m any) error {
-	err := s.d.recv(m, s.ServerStream.RecvMsg)
-	received(s.Context())
+	err := s.srv.decoder.recv(m, s.ServerStream.RecvMsg)
+	s.srv.received(s.Context(), m)
 	return err
 }
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, decodingStream{ServerStream: ss, d: s.decoder})
+	return h(srv, decodingStream{ServerStream: ss, srv: s})
 }
 
 // register serves impl under desc, each unary method receiving its request
@@ -251,7 +334,7 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			return h(srv, ctx, func(v any) error {
 				err := s.decoder.recv(v, dec)
-				received(ctx)
+				s.received(ctx, v)
 				return err
 			}, ic)
 		}

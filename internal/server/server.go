@@ -59,6 +59,7 @@ type Server struct {
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
 	receiving     *receiveBudget
+	receiveRate   *receiveRate
 	decoder       *decoder
 	clientStreams map[string]bool
 
@@ -242,6 +243,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 
 	s.receiving = newReceiveBudget(cfg.MaxReceiveMemory)
+	rate := cfg.MaxReceiveRate
+	if cfg.Auth.Mode == "" || cfg.Auth.Mode == "none" {
+		rate = 0 // every caller is the same anonymous one: nobody to tell apart
+	}
+	s.receiveRate = newReceiveRate(rate, time.Now)
 	s.decoder = newDecoder()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
