@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aion-run/aion/internal/auth"
@@ -177,8 +179,36 @@ func (s *Server) httpAuth(next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(ctx))
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
+		// A request with a body counts against its caller's receive rate
+		// like a gRPC call: refused before the body is read while the
+		// caller owes too much, charged with what was read.
+		id, _ := identityFrom(ctx)
+		if err := s.receiveRate.admit(id.Name); err != nil {
+			writeError(w, err)
+			return
+		}
+		body := &countingBody{ReadCloser: r.Body}
+		r = r.WithContext(ctx)
+		r.Body = body
+		next.ServeHTTP(w, r)
+		s.receiveRate.charge(id.Name, int(body.n.Load()))
 	})
+}
+
+// countingBody counts the bytes read from a request body.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 // loadTLS reads the certificate pair when configured.

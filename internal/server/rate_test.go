@@ -57,4 +57,33 @@ func TestCallerPastItsReceiveRateIsRefusedFromHeaders(t *testing.T) {
 	if err := schedule("edge-b-secret", "b-0"); err != nil {
 		t.Fatalf("edge-b while edge-a is over its rate: %v", err)
 	}
+	// The JSON API answers the same caller the same way.
+	url := "http://" + b.srv.HTTPAddr() + "/api/v1/activities"
+	if code, body := httpCall(t, "POST", url, "edge-a-secret", `{"namespace":"edge","id":"http-a","activity_type":"t"}`); code != 429 ||
+		!strings.Contains(body, "--max-receive-rate") {
+		t.Fatalf("edge-a over HTTP while over its rate: %d %s; want 429 naming the flag", code, body)
+	}
+}
+
+// TestHTTPBodiesCountAgainstTheReceiveRate: request bodies of the JSON API
+// are charged to their caller like gRPC requests.
+func TestHTTPBodiesCountAgainstTheReceiveRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withClientKeys("edge-a", "edge-b"), func(c *server.Config) { c.MaxReceiveRate = 1 })
+	url := "http://" + b.srv.HTTPAddr() + "/api/v1/activities"
+	payload := strings.Repeat("A", 4<<20) // base64 of 3 MiB: over the 2 MiB payload limit, but read whole
+	for i := range 10 {
+		code, body := httpCall(t, "POST", url, "edge-a-secret",
+			fmt.Sprintf(`{"namespace":"edge","id":"h-%d","activity_type":"t","payload":%q}`, i, payload))
+		if code == 429 && strings.Contains(body, "--max-receive-rate") {
+			if i < 2 {
+				t.Fatalf("refused after %d bodies of 4 MiB, want 2 (the burst is 8 MiB)", i)
+			}
+			if code, body := httpCall(t, "POST", url, "edge-b-secret", `{"namespace":"edge","id":"b","activity_type":"t"}`); code != 200 {
+				t.Fatalf("edge-b meanwhile: %d %s", code, body)
+			}
+			return
+		}
+	}
+	t.Fatal("10 bodies of 4 MiB from one caller, none refused by the receive rate")
 }
