@@ -206,8 +206,8 @@ refused as by 'aion server' (see --accept-data-loss).`
 	bindEnv(fl, "store", "AION_STORE")
 	fl.StringVar(&f.serverName, "server-name", "", "this server's name in a cluster, unique among the live servers (default: host name and gRPC port)")
 	bindEnv(fl, "server-name", "AION_SERVER_NAME")
-	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests still arriving may hold: each call reserves 8 MiB "+
-		"(the largest message) until its request is in, one caller at most half; calls past it are refused (ResourceExhausted)")
+	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests being read may hold: reading a request holds 8 MiB "+
+		"(the largest message) until it is in, one caller at most half; a read past it waits for room until the call's deadline")
 	bindEnv(fl, "max-receive-memory", "AION_MAX_RECEIVE_MEMORY")
 	fl.Int64Var(&f.maxReceiveRateMiB, "max-receive-rate", defaults.MaxReceiveRate>>20, "MiB a second of requests one authenticated caller may send (worker streams aside; not applied with --auth none), with a burst of one second's worth; "+
 		"a call from a caller past it is refused from its headers (ResourceExhausted, with when to retry) (0: no limit)")

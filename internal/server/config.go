@@ -54,10 +54,10 @@ type Config struct {
 	// MaxInFlightPerNamespace caps a namespace's running attempts (more
 	// wait in their queue); 0 means no cap.
 	MaxInFlightPerNamespace int
-	// MaxReceiveMemory bounds the memory that requests still arriving may
-	// hold: each reserves room for a whole message (limit.Message) until it
-	// has arrived, one caller at most half of it. A call past it is
-	// ResourceExhausted before its body is read. Zero means 256 MiB.
+	// MaxReceiveMemory bounds the memory that requests being read may
+	// hold: reading one holds room for a whole message (limit.Message)
+	// until it is in, one caller at most half of it; a read past it waits
+	// for room until the call's deadline. Zero means 256 MiB.
 	MaxReceiveMemory int64
 	// MaxReceiveRate bounds the request bytes one caller may send a
 	// second (with a burst of one second's worth); a call from a

@@ -22,31 +22,35 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// The gRPC edge admits a call in two steps before any of its body is read:
-// the bearer token is checked in the transport's tap (so a caller without a
-// valid credential never makes the server buffer or decode a message), and
-// the call reserves room in the receive budget, given back as soon as its
-// request has arrived, or when the call ends. A message is at most
-// limit.Message bytes, so the budget bounds the memory that all requests
-// being received can hold.
+// The gRPC edge admits a call before any of its body is read: the bearer
+// token and the caller's receive rate are checked in the transport's tap,
+// so a caller without a valid credential, or one sending too fast, never
+// makes the server buffer or decode a message. Until a handler asks for its
+// request, HTTP/2 flow control holds what a call may have sent to its
+// stream window (64 KiB, and 1 MiB a connection); reading the request then
+// takes room for a whole message (limit.Message) in the receive budget,
+// waiting for it if need be, and gives it back once the request is in. So
+// the budget bounds the memory all requests being read can hold, and a
+// burst of calls waits its turn instead of being refused.
 
 // anonymous is the budget account of calls to public methods (health and
-// reflection).
+// reflection) and of every caller when auth is off.
 const anonymous = "(anonymous)"
 
-// receiveBudget counts calls whose request is still arriving, each reserving
-// room for a whole message: at most total at once, at most perCaller of them
-// for one caller, so one caller cannot take all of it.
+// receiveBudget counts requests being read, each holding room for a whole
+// message: at most total at once, at most perCaller of them for one
+// caller, so one caller cannot take all of it. A read past either waits.
 type receiveBudget struct {
 	mu        sync.Mutex
 	total     int
 	perCaller int
 	used      int
 	byCaller  map[string]int
+	freed     chan struct{} // closed and replaced whenever room is given back
 }
 
 // defaultReceiveMemory is the receive budget when none is configured: 32
-// messages of the largest size arriving at once.
+// messages of the largest size being read at once.
 const defaultReceiveMemory = 32 * limit.Message
 
 // defaultReceiveRate is the receive rate of one caller when none is
@@ -58,24 +62,26 @@ func newReceiveBudget(bytes int64) *receiveBudget {
 		bytes = defaultReceiveMemory
 	}
 	total := max(int(bytes/limit.Message), 2)
-	return &receiveBudget{total: total, perCaller: max(total/2, 1), byCaller: make(map[string]int)}
+	return &receiveBudget{total: total, perCaller: max(total/2, 1), byCaller: make(map[string]int), freed: make(chan struct{})}
 }
 
-// take reserves room for one message for caller; release gives it back and
-// may be called more than once.
-func (b *receiveBudget) take(caller string) (release func(), err error) {
+// take reserves room for one message for caller, waiting until there is
+// some or ctx ends; release gives it back and may be called more than once.
+func (b *receiveBudget) take(ctx context.Context, caller string) (release func(), err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.used >= b.total:
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"the server is receiving %d requests of up to %d bytes at once, its limit (--max-receive-memory); retry", b.used, limit.Message)
-	case b.byCaller[caller] >= b.perCaller:
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"%q is sending %d requests at once, at most %d may be arriving together; retry", caller, b.byCaller[caller], b.perCaller)
+	for b.used >= b.total || b.byCaller[caller] >= b.perCaller {
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, status.FromContextError(fmt.Errorf("waiting for room to read the request (--max-receive-memory): %w", ctx.Err())).Err()
+		}
+		b.mu.Lock()
 	}
 	b.used++
 	b.byCaller[caller]++
+	b.mu.Unlock()
 	var done atomic.Bool
 	return func() {
 		if !done.CompareAndSwap(false, true) {
@@ -87,6 +93,8 @@ func (b *receiveBudget) take(caller string) (release func(), err error) {
 		if b.byCaller[caller]--; b.byCaller[caller] == 0 {
 			delete(b.byCaller, caller)
 		}
+		close(b.freed)
+		b.freed = make(chan struct{})
 	}, nil
 }
 
@@ -156,15 +164,9 @@ func (r *receiveRate) charge(caller string, n int) {
 	r.owes[caller] = debt{bytes: r.drained(caller, now) + float64(n), at: now}
 }
 
-type releaseKey struct{}
-
-// reservation is a call's room in the receive budget; untilEnd keeps it for
-// the whole call (a public stream whose messages keep arriving).
-type reservation struct {
-	release  func()
-	untilEnd bool
-	caller   string
-}
+// callerKey holds, in a call's context, the account its requests are read
+// under; a call without one (a worker stream) reads its frames unmetered.
+type callerKey struct{}
 
 // admitCall is the transport tap: it runs when a call's headers arrive,
 // before its body is read, on the connection's reading goroutine, so it
@@ -195,30 +197,27 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	if err := s.receiveRate.admit(caller); err != nil {
 		return nil, err
 	}
-	release, err := s.receiving.take(caller)
-	if err != nil {
-		return nil, err
-	}
-	// However the call ends (even before a handler runs, as when its
-	// deadline has passed), its context ends, and the room comes back.
-	context.AfterFunc(ctx, release)
-	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream, caller: caller}), nil
+	return context.WithValue(ctx, callerKey{}, caller), nil
 }
 
-// received gives back the reservation of the call in ctx once its request
-// m has arrived, and charges its size to the caller's receive rate; a
-// stream whose messages keep arriving keeps the reservation to its end.
-func (s *Server) received(ctx context.Context, m any) {
-	r, ok := ctx.Value(releaseKey{}).(*reservation)
-	if !ok {
-		return
+// read reads one request into m with next, holding room for a whole message
+// in the receive budget while it does (waiting for room if need be), and
+// charges its size to the caller's receive rate.
+func (s *Server) read(ctx context.Context, m any, next func(any) error) error {
+	caller, metered := ctx.Value(callerKey{}).(string)
+	if !metered {
+		return s.decoder.recv(m, next)
 	}
-	if msg, isProto := m.(proto.Message); isProto {
-		s.receiveRate.charge(r.caller, proto.Size(msg))
+	release, err := s.receiving.take(ctx, caller)
+	if err != nil {
+		return err
 	}
-	if !r.untilEnd {
-		r.release()
+	err = s.decoder.recv(m, next)
+	release()
+	if msg, ok := m.(proto.Message); ok {
+		s.receiveRate.charge(caller, proto.Size(msg))
 	}
+	return err
 }
 
 // decoder decodes requests like the standard protobuf codec, but a message
@@ -315,9 +314,7 @@ type decodingStream struct {
 }
 
 func (s decodingStream) RecvMsg(m any) error {
-	err := s.srv.decoder.recv(m, s.ServerStream.RecvMsg)
-	s.srv.received(s.Context(), m)
-	return err
+	return s.srv.read(s.Context(), m, s.ServerStream.RecvMsg)
 }
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -332,11 +329,7 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error {
-				err := s.decoder.recv(v, dec)
-				s.received(ctx, v)
-				return err
-			}, ic)
+			return h(srv, ctx, func(v any) error { return s.read(ctx, v, dec) }, ic)
 		}
 		d.Methods[i] = m
 	}
