@@ -100,6 +100,9 @@ type Options struct {
 // hooks let this package's tests pace a run and watch it; each nil hook
 // does nothing.
 type hooks struct {
+	// started runs once the workers are connected, just before the
+	// schedule starts.
+	started func()
 	// issued runs in the open loop's dispatcher when call k is due and
 	// counted in flight, just before it is sent.
 	issued func(k int)
@@ -264,6 +267,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		clients = append(clients, aionv1.NewActivityServiceClient(cc))
 	}
 
+	if o.hooks.started != nil {
+		o.hooks.started()
+	}
 	start := time.Now()
 	stopProgress := run.progress(o.Progress, start)
 	if o.Rate > 0 {

@@ -108,7 +108,7 @@ func printReport(a *app, r bench.Report) {
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "open loop at %g/s", r.Rate)
 	} else {
-		fmt.Fprintf(w, "closed loop of %d schedulers", r.Concurrency)
+		fmt.Fprintf(w, "closed loop, %d schedulers", r.Concurrency)
 	}
 	fmt.Fprintf(w, ", batch %d, payload %d B\n", r.Batch, r.Payload)
 	fmt.Fprintf(w, "calls:             %d sent, at most %d in flight\n", r.Calls, r.MaxInFlight)
