@@ -27,12 +27,15 @@
 // that the result is durable, over completed activities. Schedule-to-start
 // is the server's own figure, started_time minus scheduled_time of each task
 // a bench worker receives, both read from the server's wall clock:
-// scheduled_time is taken when the server accepts the Schedule request,
-// after checking it and before the commit that makes it durable;
-// started_time when the server hands the attempt to a worker, having taken
-// its slot, just before the task is sent. It therefore includes the commit
-// and the wait for a free slot, but not the time before the request reached
-// the server; a retried attempt counts from the same scheduled_time.
+// scheduled_time is read when the server accepts the Schedule request,
+// after checking it (and creating its namespace on first use) and before
+// the group commit that makes it durable; started_time when the server hands
+// the attempt to a worker whose slot it took, just before the task is sent.
+// It therefore includes the commit and the wait for a free slot, but not the
+// time before the request reached the server; a retried attempt counts from
+// the same scheduled_time, and in a cluster the two instants may be read by
+// two servers. (The server's metric aion_schedule_to_start_seconds starts
+// later, when the attempt became ready after the commit.)
 package bench
 
 import (
