@@ -365,7 +365,7 @@ func (r *runner) openLoop(ctx context.Context, clients []aionv1.ActivityServiceC
 	defer timer.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for k := 0; ; k++ {
+	for k := 0; ctx.Err() == nil; k++ {
 		n := r.claim(per)
 		if n <= 0 {
 			return
