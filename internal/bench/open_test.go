@@ -14,7 +14,6 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/bench"
-	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/server"
 	"github.com/aion-run/aion/internal/servertest"
 )
@@ -73,14 +72,10 @@ func (l *storeLock) release() {
 }
 
 // setup starts a real server with opts and returns it with bench options
-// aimed at it. Its receive budget lets every call of these runs arrive at
-// once: on a busy machine an open loop's calls can reach the server in a
-// burst, and the default budget refuses a caller's 17th request still
-// being read, which is not what these tests are about.
+// aimed at it.
 func setup(t *testing.T, opts ...servertest.Option) (*servertest.Server, bench.Options) {
 	t.Helper()
-	roomy := func(c *server.Config) { c.MaxReceiveMemory = 512 * limit.Message }
-	srv := servertest.Start(t, append([]servertest.Option{roomy}, opts...)...)
+	srv := servertest.Start(t, opts...)
 	o := bench.Defaults()
 	o.Address = srv.Addr
 	return srv, o
