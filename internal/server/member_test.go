@@ -177,9 +177,9 @@ func TestClusterRefusesASecondLiveServerWithTheSameName(t *testing.T) {
 	cfg.Store, cfg.ServerName, cfg.Lease = dsn, "only", 400*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := server.Start(ctx, cfg, nil)
+	s, err := startServer(ctx, cfg, nil)
 	if err == nil {
-		s.Shutdown(context.Background())
+		s.Stop(context.Background())
 		t.Fatal("a second server named \"only\" started while the first was alive")
 	}
 	if !errors.Is(err, store.ErrNameTaken) || !strings.Contains(err.Error(), "--server-name") {
