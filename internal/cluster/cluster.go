@@ -49,8 +49,11 @@ type Self struct {
 // Join records this server as a cluster member. When a previous server of
 // the same name has not been reaped yet (a restart after a crash), it waits
 // up to one and a half leases for that lease to run out, reaping meanwhile;
-// past that the error wraps store.ErrNameTaken.
+// past that the error wraps store.ErrNameTaken. log may be nil.
 func Join(ctx context.Context, st store.Cluster, r store.JoinRequest, log *slog.Logger) (Self, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	deadline := time.Now().Add(r.Lease + r.Lease/2)
 	for {
 		sent := time.Now()

@@ -166,8 +166,10 @@ type Message struct {
 type Notice struct {
 	// Kind says what changed: NoticeWork (Triples hold the work's triples,
 	// nil for any), NoticeNamespace (Name), NoticeTopology (Name says which
-	// server's workers changed), NoticeMessage (a message waits for this
-	// server) or NoticeReconnected (notices may have been missed).
+	// server's workers changed: "<server id>", and from the store itself
+	// "<server id> lost <server name>" when a reap removed that server),
+	// NoticeMessage (a message waits for this server) or NoticeReconnected
+	// (notices may have been missed).
 	Kind    NoticeKind
 	Triples [][3]string
 	Name    string
