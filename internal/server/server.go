@@ -1,7 +1,9 @@
 // Package server is aion's edge: the gRPC services (worker stream, activity,
-// namespace), gRPC health and reflection, and the HTTP side (health and
-// readiness). It wires the store, the namespace plane, the registry and the
-// engine together, and maps their errors to gRPC status codes.
+// namespace, cluster), gRPC health and reflection, and the HTTP side
+// (health, readiness, metrics, the JSON API, the event stream, the console).
+// It wires the store, the namespace plane, the registry, the engine and, on a
+// shared store, the cluster membership together, and maps their errors to
+// gRPC status codes.
 package server
 
 import (
@@ -118,8 +120,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 }
 
 // open acquires what the server holds: the key files, the listeners, the
-// store and, on a shared store, its cluster membership. release lets go of
-// whatever open acquired.
+// store and, on a shared store, its cluster membership.
 func (s *Server) open(ctx context.Context) error {
 	var err error
 	if s.authn, err = newAuthenticator(s.cfg.Auth); err != nil {
@@ -151,6 +152,9 @@ func (s *Server) open(ctx context.Context) error {
 	return nil
 }
 
+// release lets go of what open acquired, in reverse: the cluster membership
+// (whatever this server still runs is handed over at once), the store, the
+// listeners.
 func (s *Server) release(ctx context.Context) error {
 	var errs []error
 	if s.self.ID != 0 {
@@ -388,8 +392,8 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		return st, "postgres " + redact(cfg.Store), nil
 	}
 	path := filepath.Join(cfg.DataDir, "aion.db")
-	sync := cmp.Or(cfg.SQLiteSync, "full")
-	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(sync), sqlite.WithAcceptDataLoss(cfg.AcceptDataLoss))
+	mode := cmp.Or(cfg.SQLiteSync, "full")
+	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(mode), sqlite.WithAcceptDataLoss(cfg.AcceptDataLoss))
 	if errors.Is(err, sqlite.ErrDataLoss) {
 		return nil, "", fmt.Errorf("%w. Refusing to start: restore the data directory from a backup, "+
 			"or start once with --accept-data-loss to run on what is there", err)
@@ -404,7 +408,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	} else if cfg.AcceptDataLoss {
 		log.Warn("--accept-data-loss is set: a missing, empty or damaged database would start without refusing; remove it once the loss is accepted")
 	}
-	return st, "sqlite " + path + " synchronous=" + sync, nil
+	return st, "sqlite " + path + " synchronous=" + mode, nil
 }
 
 // redact drops the password from a URL before it is logged.
