@@ -200,18 +200,18 @@ const (
 // Errors wrap ErrNotFound, ErrLeaseLost, ErrNameTaken or ErrUnavailable where
 // a caller may branch on them; no driver error type crosses this interface.
 type Cluster interface {
-	// JoinCluster records a new member with a lease and returns it with its
-	// new ID. A live member of the same name makes it fail with
-	// ErrNameTaken.
+	// JoinCluster records a server as a cluster member with a lease and
+	// returns its record with a new ID. A live server of the same name makes
+	// it fail with ErrNameTaken.
 	JoinCluster(ctx context.Context, r JoinRequest) (ServerRecord, error)
-	// RenewLease extends a member's lease to lease from now, or reports
-	// ErrLeaseLost when the member is gone.
+	// RenewLease extends a server's lease to lease from now, or reports
+	// ErrLeaseLost when the server left or was reaped.
 	RenewLease(ctx context.Context, id ServerID, lease time.Duration) error
-	// LeaveCluster hands the member's running attempts back for retry and
+	// LeaveCluster hands the server's running attempts back for retry and
 	// removes it, its workers and its messages; ErrLeaseLost when it was
 	// gone already.
 	LeaveCluster(ctx context.Context, id ServerID) error
-	// ReapServers removes every member whose lease ended: its running
+	// ReapServers removes every server whose lease ended: its running
 	// attempts are handed back for retry (or closed, when a cancel was
 	// requested) and its workers and messages are removed.
 	ReapServers(ctx context.Context) ([]ReapedServer, error)
@@ -220,7 +220,7 @@ type Cluster interface {
 	// activity is ever handed to two claims. It returns one list per claim,
 	// in the order of r.Claims, like Apply: the i-th activity of a list runs
 	// on the claim's i-th worker. Each comes back running, its Attempt the
-	// number of the attempt to start now. A member whose lease ran out
+	// number of the attempt to start now. A server whose lease ran out
 	// claims nothing.
 	ClaimActivities(ctx context.Context, r ClaimRequest) ([][]Activity, error)
 	// UnclaimActivity hands back an activity claimed by owner whose attempt
@@ -240,7 +240,7 @@ type Cluster interface {
 	ListCancelRequests(ctx context.Context, owner ServerID) ([]PendingCancel, error)
 	// ListOwnedActivities lists the running activities owner holds.
 	ListOwnedActivities(ctx context.Context, owner ServerID) ([]ActivityRef, error)
-	// GetActivityOwner names the member running an activity (0 when it is
+	// GetActivityOwner names the server running an activity (0 when it is
 	// not running or does not exist).
 	GetActivityOwner(ctx context.Context, namespace, id string) (ServerID, error)
 	// GetRunningAttempt describes the attempt an activity is running, on
@@ -266,7 +266,7 @@ type Cluster interface {
 	// each is received once.
 	ReceiveMessages(ctx context.Context, to ServerID) ([]Message, error)
 
-	// PublishNotice wakes every member with a notice of kind NoticeWork,
+	// PublishNotice wakes every server with a notice of kind NoticeWork,
 	// NoticeNamespace or NoticeTopology.
 	PublishNotice(ctx context.Context, n Notice) error
 	// ListenNotices delivers notices to fn until ctx ends, reconnecting as

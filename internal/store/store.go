@@ -19,8 +19,8 @@ import (
 var ErrNotFound = errors.New("not found")
 
 // ErrUnavailable reports that the database could not be reached or the
-// connection to it broke: the call changed nothing it acknowledged, and
-// trying it again later may succeed.
+// connection to it broke: the call was not acknowledged (a write cut off
+// mid-commit may still have applied), and trying it again later may succeed.
 var ErrUnavailable = errors.New("store unavailable")
 
 // Origin records how a namespace came to exist.

@@ -156,7 +156,7 @@ func (s *Store) LeaveCluster(ctx context.Context, id store.ServerID) error {
 }
 
 // ReapServers implements store.Cluster. SKIP LOCKED lets every server reap
-// at once without two of them handling the same dead member.
+// at once without two of them handling the same dead server.
 func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
 	var out []store.ReapedServer
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -211,7 +211,7 @@ func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
 	return out, nil
 }
 
-// release hands back everything member m owned, inside tx: each running
+// release hands back everything server m owned, inside tx: each running
 // attempt is recorded as failed with server_lost and its activity waits for
 // a retry (or is canceled, when a cancel was requested); its workers and
 // messages go, and so does m. lost says m was reaped rather than left.
