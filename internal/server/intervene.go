@@ -100,8 +100,11 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 	}
 	// In a cluster the attempt may run on a worker of another server.
 	owner, err := a.s.cluster.RunningElsewhere(ctx, r.GetNamespace(), r.GetId())
-	if err != nil || owner == 0 {
-		return out, toStatus(err)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if owner == 0 {
+		return out, nil
 	}
 	if out, err = a.s.cluster.Intervene(ctx, owner, r); err != nil {
 		if errors.Is(err, cluster.ErrBadReply) {
