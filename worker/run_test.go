@@ -481,7 +481,7 @@ func TestServerDrainFinishesWorkThenReconnectsToTheRestartedServer(t *testing.T)
 	first := r.schedule(t, client.ScheduleOptions{ActivityType: "block"}, 1)
 	<-started
 
-	shutdown := r.srv.ShutdownAsync()
+	shutdown := r.srv.StopAsync()
 	servertest.Eventually(t, "the server to ask the worker to drain", func() bool {
 		return len(run.wire.recvWhere(func(m *aionv1.ServerMessage) bool { return m.GetDrainRequest() != nil })) > 0
 	})
@@ -529,7 +529,7 @@ func TestServerDrainWithExitOnDrainReturns(t *testing.T) {
 	r := newRig(t)
 	run := r.start(t, Options{ExitOnDrain: true}, echo)
 	r.registered(t, run)
-	shutdown := r.srv.ShutdownAsync()
+	shutdown := r.srv.StopAsync()
 	if err := run.wait(t); err != nil {
 		t.Fatalf("Run = %v, want nil after a drain with ExitOnDrain", err)
 	}
@@ -647,7 +647,7 @@ func TestRegistrationRefusedWhileTheServerShutsDownIsRetried(t *testing.T) {
 	holder := r.srv.Connect(t, &aionv1.Register{Namespaces: []string{"ns"}, ActivityTypes: []string{"hold"}})
 	r.schedule(t, client.ScheduleOptions{ActivityType: "hold"}, struct{}{})
 	task := holder.Task()
-	shutdown := r.srv.ShutdownAsync()
+	shutdown := r.srv.StopAsync()
 	servertest.Eventually(t, "the server to start draining", func() bool {
 		info, ok := r.srv.Registry().Lookup(registry.WorkerID(holder.ID))
 		return ok && info.Draining

@@ -97,15 +97,18 @@ func startServer(t *testing.T, opts ...func(*server.Config)) *server.Server {
 	if os.Getenv("AION_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	srv, err := server.Start(context.Background(), cfg, log)
+	srv, err := server.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
 		}
 	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatalf("start server: %v", err)
+	}
 	return srv
 }
 

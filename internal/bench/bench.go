@@ -228,11 +228,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			cfg.Store = o.Store
 			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
 			cfg.DrainTimeout = 5 * time.Second
-			srv, err := server.Start(ctx, cfg, o.Log)
+			srv, err := server.New(ctx, cfg, o.Log)
 			if err != nil {
 				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
 			}
-			defer srv.Shutdown(context.Background())
+			defer srv.Stop(context.Background())
+			if err := srv.Start(ctx); err != nil {
+				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
+			}
 			addrs = append(addrs, srv.GRPCAddr())
 		}
 		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync

@@ -479,7 +479,7 @@ func TestDemoWorkerExitsOnAServerDrainWhenAsked(t *testing.T) {
 	r := newCLIRig(t)
 	w := r.start(t, "worker", "demo", "--namespace", "d", "--exit-on-drain")
 	r.srv.WaitForWorker(t, nil)
-	shutdown := r.srv.ShutdownAsync()
+	shutdown := r.srv.StopAsync()
 	if code := w.exit(t); code != exitOK {
 		t.Fatalf("worker exit %d\n%s", code, w.log.String())
 	}

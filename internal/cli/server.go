@@ -54,11 +54,13 @@ type serverFlags struct {
 	limits            limitFlags
 }
 
-// config checks the flags and builds the server configuration.
+// config builds the server configuration from the flags and checks it with
+// server.Config.Validate, whose errors name the flag and the value.
 func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
 	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
+	cfg.AutoCreate, cfg.SQLiteSync, cfg.AcceptDataLoss = namespace.AutoCreate(f.autoCreate), f.sqliteSync, f.acceptDataLoss
 	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile,
 		JWTIssuer: f.jwtIssuer, JWTAudience: f.jwtAudience, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
@@ -67,53 +69,8 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
 	cfg.MaxReceiveRate = f.maxReceiveRateMiB << 20
-	if err := f.limits.apply(&cfg); err != nil {
-		return cfg, err
-	}
-	cfg.AcceptDataLoss = f.acceptDataLoss
-	if f.maxNamespaces < 0 {
-		return cfg, fmt.Errorf("--max-namespaces %d: must not be negative (0: no cap)", f.maxNamespaces)
-	}
-	if f.maxMint < 0 {
-		return cfg, fmt.Errorf("--max-mint-per-request %d: must not be negative (0: no cap)", f.maxMint)
-	}
-	if f.maxPending < 0 || f.maxInFlight < 0 {
-		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
-	}
-	switch f.auth {
-	case "none", "token", "jwt":
-	default:
-		return cfg, fmt.Errorf("--auth %q: want none, token or jwt", f.auth)
-	}
-	if dev && f.auth != "none" {
-		return cfg, fmt.Errorf("--auth %q: aion dev always runs with authorization off; use aion server", f.auth)
-	}
-	ac, err := namespace.ParseAutoCreate(f.autoCreate)
-	if err != nil {
-		return cfg, fmt.Errorf("--auto-create: %w", err)
-	}
-	cfg.AutoCreate = ac
-	switch f.sqliteSync {
-	case "full", "normal":
-		cfg.SQLiteSync = f.sqliteSync
-	default:
-		return cfg, fmt.Errorf("--sqlite-sync %q: want full or normal", f.sqliteSync)
-	}
-	switch {
-	case cfg.GRPCAddr == "":
-		return cfg, fmt.Errorf("--grpc-addr: must not be empty")
-	case cfg.DataDir == "":
-		return cfg, fmt.Errorf("--data-dir: must not be empty")
-	case cfg.DrainTimeout < 0:
-		return cfg, fmt.Errorf("--drain-timeout %v: must not be negative", cfg.DrainTimeout)
-	case cfg.HeartbeatWindow <= 0:
-		return cfg, fmt.Errorf("--heartbeat-window %v: must be more than zero", cfg.HeartbeatWindow)
-	case f.maxReceiveMiB < 16:
-		return cfg, fmt.Errorf("--max-receive-memory %d: want at least 16 (MiB: two requests of the largest size)", f.maxReceiveMiB)
-	case f.maxReceiveRateMiB < 0:
-		return cfg, fmt.Errorf("--max-receive-rate %d: must not be negative (0: no limit)", f.maxReceiveRateMiB)
-	}
-	return cfg, nil
+	f.limits.apply(&cfg)
+	return cfg, cfg.Validate()
 }
 
 func (a *app) serverCommand(dev bool) *cobra.Command {

@@ -336,7 +336,7 @@ func TestRestartRetriesInterruptedWork(t *testing.T) {
 		RetryPolicy: &aionv1.RetryPolicy{InitialInterval: durationpb.New(10 * time.Millisecond)}})
 	b.schedule(t, &aionv1.ScheduleRequest{Namespace: "d", Id: "queued", ActivityType: "nobody-yet"})
 	w.nextTask() // never finished
-	if err := b.srv.Shutdown(context.Background()); err != nil {
+	if err := b.srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 

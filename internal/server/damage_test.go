@@ -43,7 +43,7 @@ func startOn(t *testing.T, dir string, acceptLoss bool) (*server.Server, *syncBu
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
 	cfg.AcceptDataLoss = acceptLoss
 	logs := &syncBuffer{}
-	srv, err := server.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	return srv, logs, err
 }
 
@@ -68,7 +68,7 @@ func withActivities(t *testing.T, n int) string {
 		}
 	}
 	cc.Close()
-	if err := srv.Shutdown(context.Background()); err != nil {
+	if err := srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(sqlite.MarkPath(filepath.Join(dir, "aion.db"))); err != nil {
@@ -113,7 +113,7 @@ func TestServerRefusesAMissingOrEmptyDatabaseNamingItAndTheFlag(t *testing.T) {
 			srv, _, err := startOn(t, dir, false)
 			if err == nil {
 				n := activityCount(t, srv)
-				srv.Shutdown(context.Background())
+				srv.Stop(context.Background())
 				t.Fatalf("started on a %s with %d of 12 acknowledged activities", d.name, n)
 			}
 			for _, want := range []string{path, d.problem, "12 activities", "--accept-data-loss"} {
@@ -144,7 +144,7 @@ func TestServerWithAcceptDataLossStartsAndLogsWhatIsLost(t *testing.T) {
 			if n := activityCount(t, srv); n != 0 {
 				t.Errorf("%d activities after the database was lost", n)
 			}
-			if err := srv.Shutdown(context.Background()); err != nil {
+			if err := srv.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			out := logs.String()
@@ -156,7 +156,7 @@ func TestServerWithAcceptDataLossStartsAndLogsWhatIsLost(t *testing.T) {
 			if err != nil {
 				t.Fatalf("start after the loss was accepted: %v", err)
 			}
-			srv.Shutdown(context.Background())
+			srv.Stop(context.Background())
 			if strings.Contains(logs.String(), "level=ERROR") {
 				t.Fatalf("the accepted loss is reported again:\n%s", logs)
 			}
@@ -179,14 +179,14 @@ func TestServerAdoptsADataDirectoryWithoutMark(t *testing.T) {
 	if n := activityCount(t, srv); n != 5 {
 		t.Errorf("%d activities after adoption, want 5", n)
 	}
-	if err := srv.Shutdown(context.Background()); err != nil {
+	if err := srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
 	if srv, _, err := startOn(t, dir, false); err == nil {
-		srv.Shutdown(context.Background())
+		srv.Stop(context.Background())
 		t.Fatal("an adopted database emptied afterwards was not refused")
 	}
 }

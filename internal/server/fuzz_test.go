@@ -42,11 +42,11 @@ func FuzzWorkerFrames(f *testing.F) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", f.TempDir(), "normal"
 	cfg.DrainTimeout = time.Second
-	srv, err := server.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { srv.Shutdown(context.Background()) })
+	f.Cleanup(func() { srv.Stop(context.Background()) })
 	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		f.Fatal(err)

@@ -4,15 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/cluster"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (*aionv1.CancelResponse, error) {
@@ -94,28 +95,22 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if out.Outcome != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET || a.s.member == nil {
+	if out.Outcome != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET || a.s.cluster == nil {
 		return out, nil
 	}
 	// In a cluster the attempt may run on a worker of another server.
-	owner, err := a.s.member.cl.OwnerOf(ctx, r.GetNamespace(), r.GetId())
+	owner, err := a.s.cluster.RunningElsewhere(ctx, r.GetNamespace(), r.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if owner == 0 || owner == a.s.member.self.ID {
+	if owner == 0 {
 		return out, nil
 	}
-	body, err := proto.Marshal(r)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	reply, err := a.s.member.call(ctx, owner, msgIntervene, body)
-	if err != nil {
+	if out, err = a.s.cluster.Intervene(ctx, owner, r); err != nil {
+		if errors.Is(err, cluster.ErrBadReply) {
+			return nil, status.Errorf(codes.Internal, "intervene: server %d: %v", owner, err)
+		}
 		return nil, status.Errorf(codes.Unavailable, "intervene: forward to the server running the attempt: %v", err)
-	}
-	out = &aionv1.InterveneResponse{}
-	if err := proto.Unmarshal(reply, out); err != nil {
-		return nil, status.Errorf(codes.Internal, "intervene: unreadable answer from server %d: %v", owner, err)
 	}
 	return out, nil
 }

@@ -135,16 +135,16 @@ func TestServerRefusesOpenAddressWithoutAuth(t *testing.T) {
 	t.Parallel()
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "0.0.0.0:0", "127.0.0.1:0", t.TempDir()
-	_, err := server.Start(context.Background(), cfg, nil)
+	_, err := startServer(context.Background(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "--insecure-allow-no-auth") {
 		t.Fatalf("start on 0.0.0.0 with auth none: %v", err)
 	}
 	cfg.InsecureAllowNoAuth = true
-	srv, err := server.Start(context.Background(), cfg, nil)
+	srv, err := startServer(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("with --insecure-allow-no-auth: %v", err)
 	}
-	srv.Shutdown(context.Background())
+	srv.Stop(context.Background())
 }
 
 func httpGet(url string) (int, error) {

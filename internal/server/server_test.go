@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,7 +48,7 @@ func setup(t *testing.T, opts ...setupOpt) *bundle {
 	if os.Getenv("AION_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	srv, err := server.Start(context.Background(), cfg, log)
+	srv, err := startServer(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
@@ -57,14 +58,27 @@ func setup(t *testing.T, opts ...setupOpt) *bundle {
 	}
 	t.Cleanup(func() {
 		cc.Close()
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
 		}
 	})
 	return &bundle{srv: srv, cc: cc,
 		activities: aionv1.NewActivityServiceClient(cc),
 		namespaces: aionv1.NewNamespaceServiceClient(cc),
 		workers:    aionv1.NewWorkerServiceClient(cc)}
+}
+
+// startServer builds and starts a server as `aion server` does; on success
+// the caller stops it.
+func startServer(ctx context.Context, cfg server.Config, log *slog.Logger) (*server.Server, error) {
+	srv, err := server.New(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, errors.Join(err, srv.Stop(context.Background()))
+	}
+	return srv, nil
 }
 
 // rawWorker speaks the worker protocol frame by frame.

@@ -5,7 +5,7 @@
 //	srv := servertest.Start(t)
 //	c, _ := client.Dial(ctx, srv.Addr)
 //
-// A server is shut down when the test ends (after the test's later cleanups,
+// A server is stopped when the test ends (after the test's later cleanups,
 // such as stopping a worker, have run). Restart stops it and starts a new one
 // on the same address and data directory, as a process restart would.
 package servertest
@@ -58,7 +58,7 @@ func HeartbeatWindow(d time.Duration) Option {
 	return func(c *server.Config) { c.HeartbeatWindow = d }
 }
 
-// DrainTimeout bounds how long Shutdown waits for in-flight work.
+// DrainTimeout bounds how long Stop waits for in-flight work.
 func DrainTimeout(d time.Duration) Option {
 	return func(c *server.Config) { c.DrainTimeout = d }
 }
@@ -94,7 +94,7 @@ func start(t testing.TB, cfg server.Config) *Server {
 	// A port given back by a previous server may be held for a moment by
 	// someone else's outgoing connection; try again briefly.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		srv, err = server.Start(context.Background(), cfg, Logger())
+		srv, err = server.New(context.Background(), cfg, Logger())
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
 			break
 		}
@@ -102,14 +102,21 @@ func start(t testing.TB, cfg server.Config) *Server {
 	if err != nil {
 		t.Fatalf("servertest: start server on %s: %v", cfg.GRPCAddr, err)
 	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Errorf("servertest: start server on %s: %v", cfg.GRPCAddr, err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("servertest: stop %s: %v", cfg.GRPCAddr, err)
+		}
+		t.FailNow()
+	}
 	cfg.GRPCAddr = srv.GRPCAddr()
 	s := &Server{Server: srv, Addr: srv.GRPCAddr(), Config: cfg, left: make(map[registry.WorkerID]registry.Reason)}
 	_, sub := srv.Events().Subscribe(1 << 12)
 	watched := make(chan struct{})
 	go s.watch(sub, watched)
 	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("servertest: shutdown %s: %v", s.Addr, err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("servertest: stop %s: %v", s.Addr, err)
 		}
 		sub.Close()
 		<-watched
@@ -148,12 +155,12 @@ func (s *Server) DisconnectReason(t testing.TB, id registry.WorkerID) registry.R
 	return r
 }
 
-// Restart shuts the server down (draining its workers, as Shutdown does)
-// and starts a new one on the same address and data directory.
+// Restart stops the server (draining its workers, as Stop does) and starts
+// a new one on the same address and data directory.
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
-	if err := s.Shutdown(context.Background()); err != nil {
-		t.Fatalf("servertest: shutdown before restart: %v", err)
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("servertest: stop before restart: %v", err)
 	}
 	return s.StartAgain(t)
 }
@@ -165,11 +172,10 @@ func (s *Server) StartAgain(t testing.TB) *Server {
 	return start(t, s.Config)
 }
 
-// ShutdownAsync starts Shutdown in a goroutine; the channel yields its
-// result.
-func (s *Server) ShutdownAsync() <-chan error {
+// StopAsync starts Stop in a goroutine; the channel yields its result.
+func (s *Server) StopAsync() <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- s.Shutdown(context.Background()) }()
+	go func() { done <- s.Stop(context.Background()) }()
 	return done
 }
 

@@ -39,7 +39,8 @@ type options struct {
 // WithSynchronous sets SQLite's synchronous mode: "full" (the default; a
 // commit is on disk before it returns, so it survives power loss) or "normal"
 // (in WAL mode a commit survives a crash of the process but the last commits
-// may be lost on power loss or an operating-system crash).
+// may be lost on power loss or an operating-system crash). Any other value
+// means full; the server's Config.Validate refuses it before Open is called.
 func WithSynchronous(mode string) Option {
 	return func(o *options) { o.synchronous = mode }
 }
@@ -72,8 +73,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.synchronous != "full" && o.synchronous != "normal" {
-		return nil, fmt.Errorf("open sqlite store %q: synchronous %q: want full or normal", path, o.synchronous)
+	if o.synchronous != "normal" {
+		o.synchronous = "full" // anything but an explicit "normal" keeps commits durable on power loss
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
