@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
 )
 
 // testLogger discards logs unless AION_TEST_LOG is set.
@@ -280,6 +281,21 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 	if w.opts.Slots != 1 || w.opts.StopTimeout != DefaultStopTimeout || w.opts.Identity == "" {
 		t.Fatalf("defaults not applied: %+v", w.opts)
+	}
+}
+
+func TestEveryCapabilityConstantIsAPrimitiveOfTheWire(t *testing.T) {
+	t.Parallel()
+	consts := []Capability{CapabilityInjectMessage, CapabilityCancel, CapabilityPauseResume, CapabilityUpdateBudget, CapabilityRespondToApproval}
+	if len(consts) != len(intervention.All()) {
+		t.Fatalf("%d capability constants for %d primitives", len(consts), len(intervention.All()))
+	}
+	for i, c := range consts {
+		p := intervention.All()[i]
+		wire, err := c.toProto()
+		if err != nil || wire != p.Proto() || capabilityOf(p) != c {
+			t.Errorf("%q: wire %v, %v; want %v", c, wire, err, p.Proto())
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
 	"github.com/aion-run/aion/internal/target"
 )
 
@@ -39,20 +40,15 @@ const (
 	CapabilityRespondToApproval Capability = "respond_to_approval"
 )
 
+// capabilityOf is the SDK's name for a primitive.
+func capabilityOf(p intervention.Primitive) Capability { return Capability(p.String()) }
+
 func (c Capability) toProto() (aionv1.InterventionPrimitive, error) {
-	switch c {
-	case CapabilityInjectMessage:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_INJECT_MESSAGE, nil
-	case CapabilityCancel:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_CANCEL, nil
-	case CapabilityPauseResume:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_PAUSE_RESUME, nil
-	case CapabilityUpdateBudget:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_UPDATE_BUDGET, nil
-	case CapabilityRespondToApproval:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_RESPOND_TO_APPROVAL, nil
+	p, err := intervention.Parse(string(c))
+	if err != nil {
+		return 0, fmt.Errorf("capability %w", err)
 	}
-	return 0, fmt.Errorf("capability %q is not an intervention primitive", string(c))
+	return p.Proto(), nil
 }
 
 // Options configures a Worker. Namespaces is required; everything else has

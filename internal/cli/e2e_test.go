@@ -457,7 +457,7 @@ func TestDemoWorkerRegistersWithItsFlags(t *testing.T) {
 	got := r.srv.WaitForWorker(t, nil)
 	types := slices.Sorted(slices.Values(got.ActivityTypes))
 	if strings.Join(got.Namespaces, ",") != "a,b" || got.TaskQueue != "q" || got.Node != "n1" || got.Slots != 3 ||
-		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject-message,cancel,pause-resume,update-budget" {
+		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject_message,cancel,pause_resume,update_budget" {
 		t.Fatalf("the server registered %+v", got)
 	}
 	// A pinned activity reaches it through its node.

@@ -39,14 +39,7 @@ var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
 }
 
 func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
-	var out []aionv1.InterventionPrimitive
-	for p, c := range capabilityOf {
-		if cs.Has(c) {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return cs.Proto()
 }
 
 // workerToProto describes a worker; lastSeen is zero when unknown.
