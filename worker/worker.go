@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
@@ -70,10 +69,13 @@ type Options struct {
 	Capabilities []Capability
 
 	// Token, when set, is sent as "authorization: Bearer <token>" metadata.
-	// The transport is insecure unless DialOptions says otherwise.
+	// The transport is plain gRPC unless DialOptions passes transport
+	// credentials (grpc.WithTransportCredentials), as a server that serves
+	// TLS needs; without TLS the token travels in clear text.
 	Token string
-	// DialOptions are appended to the worker's own (insecure transport
-	// credentials, the token), so they can override them.
+	// DialOptions are appended to the worker's own (plain-gRPC transport
+	// credentials, the token), so they can override them, for example with
+	// grpc.WithTransportCredentials for TLS.
 	DialOptions []grpc.DialOption
 
 	// Logger receives connection events and per-attempt debug lines;
@@ -503,21 +505,5 @@ func (w *Worker) cancelRunning(cause error) {
 
 // dial opens the client connection.
 func (w *Worker) dial() (*grpc.ClientConn, error) {
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if w.opts.Token != "" {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(w.opts.Token)))
-	}
-	dial = append(dial, w.opts.DialOptions...)
-	return target.Dial(w.address, dial...)
+	return target.DialSDK(w.address, w.opts.Token, w.opts.DialOptions...)
 }
-
-// bearerToken sends "authorization: Bearer <token>" with every call.
-type bearerToken string
-
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity is false so the token also works over the
-// insecure transport the server speaks today.
-func (bearerToken) RequireTransportSecurity() bool { return false }
