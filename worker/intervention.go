@@ -183,7 +183,7 @@ func WaitWhilePaused(ctx context.Context) (time.Duration, error) {
 	}
 	start := time.Now()
 	var beat <-chan time.Time
-	if a.info.HeartbeatTimeout > 0 {
+	if a.info.HeartbeatTimeout > 0 && a.hbInterval > 0 {
 		t := time.NewTicker(a.hbInterval)
 		defer t.Stop()
 		beat = t.C

@@ -130,6 +130,9 @@ type Worker struct {
 	// closeWait bounds the wait for the server to end the stream after
 	// CloseSend.
 	closeWait time.Duration
+	// hbEvery is the most often one attempt sends a heartbeat; 0 sends
+	// every one (an offline worker, for aiontest).
+	hbEvery time.Duration
 
 	mu       sync.Mutex
 	handlers map[string]handlerFunc
@@ -222,6 +225,7 @@ func New(address string, opts Options) (*Worker, error) {
 		ackGrace:        10 * time.Second,
 		registerTimeout: 30 * time.Second,
 		closeWait:       5 * time.Second,
+		hbEvery:         heartbeatEvery,
 		handlers:        make(map[string]handlerFunc),
 		running:         make(map[attemptKey]*attempt),
 		sem:             make(chan struct{}, opts.Slots),
