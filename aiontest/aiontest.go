@@ -42,8 +42,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/client"
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
 	"github.com/aion-run/aion/internal/workerhook"
 	"github.com/aion-run/aion/worker"

@@ -426,7 +426,7 @@ func TestAHandlerStillRunningWhenTheTestEndsIsStopped(t *testing.T) {
 func TestNewWorkerRefusesAConfigThatDescribesNoAttempt(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]*aiontest.Config{
-		"UnknownCapability": {Capabilities: []worker.Capability{"teleport"}},
+		"UnknownCapability":  {Capabilities: []worker.Capability{"teleport"}},
 		"UnencodableDetails": {LastHeartbeatDetails: make(chan int)},
 	} {
 		ft := &fatalRecorder{TB: t}
