@@ -45,6 +45,7 @@ import (
 	"github.com/aion-run/aion/client"
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/workerhook"
 	"github.com/aion-run/aion/worker"
 )
@@ -393,7 +394,7 @@ func (a *Attempt[Out]) NextHeartbeat(ctx context.Context) (json.RawMessage, erro
 // nothing when the worker did not advertise the command's primitive
 // (ErrCapabilityNotSupported) or the attempt has ended (ErrNotRunning).
 func (a *Attempt[Out]) Intervene(ctx context.Context, cmd client.InterventionCommand) (Ack, error) {
-	p, err := intervention.Check(cmd.Proto())
+	p, err := wire.Check(cmd.Proto())
 	if err != nil {
 		return Ack{}, fmt.Errorf("aiontest: intervene: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
-	"github.com/aion-run/aion/internal/intervention"
+	"github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // Worker is a connected worker as the server sees it.
@@ -50,11 +50,11 @@ func workerFromProto(w *aionv1.Worker) *Worker {
 
 func capabilitiesFromProto(ps []aionv1.InterventionPrimitive) []string {
 	out := make([]string, 0, len(ps))
-	for _, wire := range ps {
-		if p, ok := intervention.FromProto(wire); ok {
+	for _, enum := range ps {
+		if p, ok := wire.FromProto(enum); ok {
 			out = append(out, p.String())
 		} else {
-			out = append(out, wire.String()) // a primitive this client does not know: its number
+			out = append(out, enum.String()) // a primitive this client does not know: its number
 		}
 	}
 	return out

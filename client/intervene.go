@@ -6,6 +6,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
+	"github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // InterventionCommand is one mid-run command for the worker running an
@@ -20,14 +21,14 @@ type InterventionCommand struct {
 // "update_budget", "respond_to_approval" or "cancel"; empty for the zero
 // value.
 func (c InterventionCommand) Kind() string {
-	kind, _, _ := intervention.Of(c.p)
+	kind, _, _ := wire.Of(c.p)
 	return kind
 }
 
 // Capability names the worker capability the command needs (pause and
 // resume both need "pause_resume"); empty for the zero value.
 func (c InterventionCommand) Capability() string {
-	if _, p, ok := intervention.Of(c.p); ok {
+	if _, p, ok := wire.Of(c.p); ok {
 		return p.String()
 	}
 	return ""
@@ -54,7 +55,7 @@ const (
 // as normal.
 func InjectMessage(text string, priority MessagePriority) InterventionCommand {
 	return InterventionCommand{&aionv1.InterventionCommand{Command: &aionv1.InterventionCommand_InjectMessage{
-		InjectMessage: &aionv1.InjectMessageCommand{Text: text, Priority: intervention.PriorityProto(string(priority))}}}}
+		InjectMessage: &aionv1.InjectMessageCommand{Text: text, Priority: wire.Priority(string(priority))}}}}
 }
 
 // Pause suspends the running work at its next safe point until Resume.

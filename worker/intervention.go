@@ -9,6 +9,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // InterventionKind names the command an Intervention carries.
@@ -312,7 +313,7 @@ func (w *Worker) intervene(out *outbox, in *aionv1.Intervention) {
 	k := attemptKey{namespace: in.GetNamespace(), id: in.GetActivityId(), attempt: in.GetAttempt()}
 	ack := &interventionAck{out: out, frame: &aionv1.InterventionAck{
 		Namespace: k.namespace, ActivityId: k.id, Attempt: k.attempt, InterventionId: in.GetInterventionId()}}
-	kind, primitive, ok := intervention.Of(in.GetCommand())
+	kind, primitive, ok := ivwire.Of(in.GetCommand())
 	reply := func(accepted bool, msg string) {
 		ack.send(accepted, msg)
 		w.log.Info("aion worker: intervention", "activity", k.String(), "intervention", in.GetInterventionId(),
@@ -355,7 +356,7 @@ func (w *Worker) intervene(out *outbox, in *aionv1.Intervention) {
 		switch c := cmd.(type) {
 		case *aionv1.InterventionCommand_InjectMessage:
 			iv.Kind, iv.Message = InterventionInjectMessage, &InjectedMessage{Text: c.InjectMessage.GetText(),
-				Priority: Priority(intervention.PriorityName(c.InjectMessage.GetPriority()))}
+				Priority: Priority(ivwire.PriorityWord(c.InjectMessage.GetPriority()))}
 		case *aionv1.InterventionCommand_UpdateBudget:
 			iv.Kind, iv.Budget = InterventionUpdateBudget, &BudgetUpdate{MaxTokens: c.UpdateBudget.MaxTokens, MaxTurns: c.UpdateBudget.MaxTurns}
 		case *aionv1.InterventionCommand_RespondToApproval:

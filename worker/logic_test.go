@@ -15,6 +15,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // testLogger discards logs unless AION_TEST_LOG is set.
@@ -292,9 +293,9 @@ func TestEveryCapabilityConstantIsAPrimitiveOfTheWire(t *testing.T) {
 	}
 	for i, c := range consts {
 		p := intervention.All()[i]
-		wire, err := c.toProto()
-		if err != nil || wire != p.Proto() || capabilityOf(p) != c {
-			t.Errorf("%q: wire %v, %v; want %v", c, wire, err, p.Proto())
+		got, err := c.toProto()
+		if err != nil || got != ivwire.Primitive(p) || capabilityOf(p) != c {
+			t.Errorf("%q: wire enum %v, %v; want %v", c, got, err, ivwire.Primitive(p))
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/target"
 )
 
@@ -47,7 +48,7 @@ func (c Capability) toProto() (aionv1.InterventionPrimitive, error) {
 	if err != nil {
 		return 0, fmt.Errorf("capability %w", err)
 	}
-	return p.Proto(), nil
+	return ivwire.Primitive(p), nil
 }
 
 // Options configures a Worker. Namespaces is required; everything else has

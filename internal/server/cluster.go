@@ -11,6 +11,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -39,7 +40,7 @@ var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
 }
 
 func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
-	return cs.Proto()
+	return wire.Primitives(cs)
 }
 
 // workerToProto describes a worker; lastSeen is zero when unknown.

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
-	"github.com/aion-run/aion/internal/intervention"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
@@ -31,7 +31,7 @@ func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (
 
 // primitiveOf names the capability a command needs, and checks its fields.
 func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
-	p, err := intervention.Check(cmd)
+	p, err := wire.Check(cmd)
 	if err != nil {
 		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -125,7 +125,7 @@ func (s *Server) deliverIntervention(r *aionv1.InterveneRequest) (*aionv1.Interv
 
 // kindOf names a command for logs.
 func kindOf(cmd *aionv1.InterventionCommand) string {
-	kind, _, _ := intervention.Of(cmd)
+	kind, _, _ := wire.Of(cmd)
 	return kind
 }
 
