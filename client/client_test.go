@@ -133,12 +133,9 @@ func TestWithTokenWorksOverTheInsecureTransport(t *testing.T) {
 	// A token credential that demanded transport security would make every
 	// call fail on the insecure connection.
 	c := e.dial(t, WithToken("s3cret"))
+	// (internal/target's tests show the token in the call's metadata.)
 	if _, _, err := c.CreateNamespace(ctxFor(t), "tok"); err != nil {
 		t.Fatalf("call with a token: %v", err)
-	}
-	md, err := bearerToken("s3cret").GetRequestMetadata(context.Background())
-	if err != nil || md["authorization"] != "Bearer s3cret" {
-		t.Fatalf("metadata = %v, %v", md, err)
 	}
 }
 

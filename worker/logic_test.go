@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // testLogger discards logs unless AION_TEST_LOG is set.
@@ -280,6 +282,21 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 	if w.opts.Slots != 1 || w.opts.StopTimeout != DefaultStopTimeout || w.opts.Identity == "" {
 		t.Fatalf("defaults not applied: %+v", w.opts)
+	}
+}
+
+func TestEveryCapabilityConstantIsAPrimitiveOfTheWire(t *testing.T) {
+	t.Parallel()
+	consts := []Capability{CapabilityInjectMessage, CapabilityCancel, CapabilityPauseResume, CapabilityUpdateBudget, CapabilityRespondToApproval}
+	if len(consts) != len(intervention.All()) {
+		t.Fatalf("%d capability constants for %d primitives", len(consts), len(intervention.All()))
+	}
+	for i, c := range consts {
+		p := intervention.All()[i]
+		got, err := c.toProto()
+		if err != nil || got != ivwire.Primitive(p) || capabilityOf(p) != c {
+			t.Errorf("%q: wire enum %v, %v; want %v", c, got, err, ivwire.Primitive(p))
+		}
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/goleak"
 )
@@ -85,19 +85,12 @@ func chromium(t *testing.T) string {
 // opts may change the configuration first.
 func startServer(t *testing.T, opts ...func(*server.Config)) *server.Server {
 	t.Helper()
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.SQLiteSync = "normal"
+	cfg := servertest.Config(t.TempDir())
 	cfg.DrainTimeout = 2 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("AION_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	srv, err := server.New(context.Background(), cfg, log)
+	srv, err := server.New(context.Background(), cfg, servertest.Logger())
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

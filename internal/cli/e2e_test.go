@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,27 +67,9 @@ func (r *cliRig) ok(t *testing.T, args ...string) string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // background is a long-running command line (a worker, a server).
 type background struct {
-	log  *syncBuffer
+	log  *servertest.LogBuffer
 	stop context.CancelFunc // as SIGTERM would
 	done chan int           // its exit code
 }
@@ -102,7 +83,7 @@ func (r *cliRig) start(t *testing.T, args ...string) *background {
 func startCommand(t *testing.T, lookup func(string) (string, bool), args ...string) *background {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
-	b := &background{log: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	b := &background{log: &servertest.LogBuffer{}, stop: stop, done: make(chan int, 1)}
 	go func() {
 		b.done <- newApp(strings.NewReader(""), &bytes.Buffer{}, b.log, lookup).execute(ctx, args)
 	}()
@@ -457,7 +438,7 @@ func TestDemoWorkerRegistersWithItsFlags(t *testing.T) {
 	got := r.srv.WaitForWorker(t, nil)
 	types := slices.Sorted(slices.Values(got.ActivityTypes))
 	if strings.Join(got.Namespaces, ",") != "a,b" || got.TaskQueue != "q" || got.Node != "n1" || got.Slots != 3 ||
-		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject-message,cancel,pause-resume,update-budget" {
+		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject_message,cancel,pause_resume,update_budget" {
 		t.Fatalf("the server registered %+v", got)
 	}
 	// A pinned activity reaches it through its node.

@@ -10,6 +10,7 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/cluster"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -38,14 +39,7 @@ var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
 }
 
 func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
-	var out []aionv1.InterventionPrimitive
-	for p, c := range capabilityOf {
-		if cs.Has(c) {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return wire.Primitives(cs)
 }
 
 // workerToProto describes a worker; lastSeen is zero when unknown.

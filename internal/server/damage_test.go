@@ -1,48 +1,29 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/aion-run/aion/internal/store/sqlite"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// syncBuffer is a log sink safe to read while the server writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startOn starts a server on dir and returns it with its log.
-func startOn(t *testing.T, dir string, acceptLoss bool) (*server.Server, *syncBuffer, error) {
+func startOn(t *testing.T, dir string, acceptLoss bool) (*server.Server, *servertest.LogBuffer, error) {
 	t.Helper()
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
 	cfg.AcceptDataLoss = acceptLoss
-	logs := &syncBuffer{}
+	logs := &servertest.LogBuffer{}
 	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	return srv, logs, err
 }

@@ -439,9 +439,7 @@ func BenchmarkPendingLargePayloadsHeap(b *testing.B) {
 	ctx := context.Background()
 	payload := bytes.Repeat([]byte("p"), 2<<20-4096)
 	for b.Loop() {
-		cfg := server.Defaults()
-		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", b.TempDir(), "normal"
-		srv, err := startServer(ctx, cfg, nil)
+		srv, err := startServer(ctx, servertest.Config(b.TempDir()), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

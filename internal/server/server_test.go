@@ -3,16 +3,15 @@ package server_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,19 +35,11 @@ type setupOpt func(*server.Config)
 // setup starts a real server on loopback ports with its own data dir.
 func setup(t *testing.T, opts ...setupOpt) *bundle {
 	t.Helper()
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.SQLiteSync = "normal"
-	cfg.DrainTimeout = 5 * time.Second
+	cfg := servertest.Config(t.TempDir())
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("AION_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	srv, err := startServer(context.Background(), cfg, log)
+	srv, err := startServer(context.Background(), cfg, servertest.Logger())
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

@@ -8,9 +8,13 @@
 // A server is stopped when the test ends (after the test's later cleanups,
 // such as stopping a worker, have run). Restart stops it and starts a new one
 // on the same address and data directory, as a process restart would.
+//
+// Config is the one test configuration: tests that start a server by hand
+// start from it, and Background runs a server for runnable examples.
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,13 +67,15 @@ func DrainTimeout(d time.Duration) Option {
 	return func(c *server.Config) { c.DrainTimeout = d }
 }
 
-// defaultConfig is the configuration Start uses before options: loopback
-// ports chosen by the kernel, a fresh data directory, synchronous=normal
-// (tests need not survive power loss), a 5s drain timeout.
-func defaultConfig(t testing.TB) server.Config {
+// Config is the one configuration of a test server, which Start uses
+// before options and which tests that start a server by hand begin from:
+// loopback ports chosen by the kernel, the embedded SQLite store in
+// dataDir with synchronous=normal (tests need not survive power loss), a
+// 5s drain timeout.
+func Config(dataDir string) server.Config {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dataDir
 	cfg.SQLiteSync = "normal"
 	cfg.DrainTimeout = 5 * time.Second
 	return cfg
@@ -78,7 +84,7 @@ func defaultConfig(t testing.TB) server.Config {
 // Start runs a real server and shuts it down when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	cfg := defaultConfig(t)
+	cfg := Config(t.TempDir())
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -122,6 +128,33 @@ func start(t testing.TB, cfg server.Config) *Server {
 		<-watched
 	})
 	return s
+}
+
+// Background starts a server outside a test, for runnable examples, which
+// have no testing.T: the Config of a test server on a new temporary
+// directory. stop shuts the server down and removes the directory. Either
+// panics on failure, since an example has no other way to fail.
+func Background() (addr string, stop func()) {
+	dir, err := os.MkdirTemp("", "aion-example-")
+	if err != nil {
+		panic(fmt.Sprintf("servertest: temporary data directory: %v", err))
+	}
+	srv, err := server.New(context.Background(), Config(dir), Logger())
+	if err == nil {
+		if err = srv.Start(context.Background()); err != nil {
+			err = errors.Join(err, srv.Stop(context.Background()))
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		panic(fmt.Sprintf("servertest: start server: %v", err))
+	}
+	return srv.GRPCAddr(), func() {
+		defer os.RemoveAll(dir)
+		if err := srv.Stop(context.Background()); err != nil {
+			panic(fmt.Sprintf("servertest: shutdown %s: %v", srv.GRPCAddr(), err))
+		}
+	}
 }
 
 // watch records why each worker left, until the bus closes.
@@ -228,6 +261,27 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out after 10s waiting for %s", what)
+}
+
+// LogBuffer is a log sink that a server or a worker writes while the test
+// reads it. The zero value is ready to use.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Logger discards logs unless AION_TEST_LOG is set, then logs at debug
