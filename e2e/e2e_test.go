@@ -110,10 +110,14 @@ func TestWorkerKilledMidActivityIsRetriedElsewhere(t *testing.T) {
 
 // TestServerKilledUnderLoadLosesNothing SIGKILLs the server while clients
 // schedule and workers run, restarts it on the same data, and checks that
-// every activity Schedule acknowledged reaches a terminal state.
+// every activity Schedule acknowledged reaches a terminal state. The server
+// runs as deployed, with synchronous=full, which it reads back from its
+// store and logs.
 func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 	t.Parallel()
-	c := startServer(t)
+	c := startServer(t, "--sqlite-sync", "full")
+	syncFull := regexp.MustCompile(`msg="store opened" store="sqlite [^"]+ synchronous=full"`)
+	c.server.waitLine(syncFull, 10*time.Second)
 	for i := range 3 {
 		c.worker(fmt.Sprintf("w%d", i), "--namespace", "load", "--slots", "8")
 	}
@@ -130,9 +134,15 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 	}
 	c.server.signal(syscall.SIGKILL)
 	c.server.exit(10 * time.Second)
-	time.Sleep(300 * time.Millisecond)
+	killedAt := l.count()
 	c.boot() // same ports, same data dir; workers reconnect by themselves
-	time.Sleep(700 * time.Millisecond)
+	c.server.waitLine(syncFull, 10*time.Second)
+	// Schedules go on after the restart before the load stops.
+	for deadline := time.Now().Add(60 * time.Second); l.count() < killedAt+30; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d activities acknowledged after the restart in 60s", l.count()-killedAt)
+		}
+	}
 	ids := l.finish()
 	if len(ids) < 150 {
 		t.Fatalf("only %d activities acknowledged; the load was too light to mean anything", len(ids))
