@@ -247,7 +247,8 @@ func TestTimeoutsAndStaleResultsAcrossProcesses(t *testing.T) {
 		t.Fatalf("stale case before the late result: %s %+v", a.State, a.Attempts)
 	}
 	stuck.signal(syscall.SIGCONT)
-	time.Sleep(500 * time.Millisecond) // the resumed worker reports its two late attempts
+	// The resumed worker runs attempt 1 and reports it; the server refuses it.
+	stuck.waitLine(regexp.MustCompile(`result refused by the server" activity=to/stale#1 `), 30*time.Second)
 	after, err := c.client.Get(context.Background(), "to", h.ID)
 	if err != nil {
 		t.Fatal(err)
