@@ -164,7 +164,7 @@ func TestServerKilledUnderLoadLosesNothing(t *testing.T) {
 
 func TestSIGTERMDrainLosesNothing(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "--drain-timeout", "10s")
+	c := startServer(t, "--drain-timeout", "60s")
 	w, _ := c.worker("w", "--namespace", "drain", "--slots", "4")
 	var ids []string
 	for i := range 4 {
@@ -177,12 +177,14 @@ func TestSIGTERMDrainLosesNothing(t *testing.T) {
 	queued := c.schedule(client.ScheduleOptions{Namespace: "drain", ID: "queued", ActivityType: "sleep"}, map[string]int{"ms": 10})
 	began := time.Now()
 	c.server.signal(syscall.SIGTERM)
-	if code := c.server.exit(20 * time.Second); code != 0 {
+	if code := c.server.exit(45 * time.Second); code != 0 {
 		t.Fatalf("server exited %d after SIGTERM", code)
 	}
 	took := time.Since(began)
 	w.waitLine(regexp.MustCompile(`drained by the server`), 10*time.Second)
-	if took > 8*time.Second {
+	// The drain ends when the in-flight work (under a second) is done, far
+	// before its 60s timeout, however busy the machine.
+	if took > 30*time.Second {
 		t.Fatalf("drain took %v; the in-flight work needed under a second", took)
 	}
 	c.boot()
