@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,59 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// logRecorder is a slog.Handler that keeps every record's message, so a
+// test can wait for what the worker logs instead of sleeping. It also logs
+// to stderr when AION_TEST_LOG is set.
+type logRecorder struct {
+	mu      sync.Mutex
+	msgs    []string
+	changed chan struct{} // closed, and replaced, on every record
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *logRecorder) Handle(ctx context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, rec.Message)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+	if h := testLogger().Handler(); h.Enabled(ctx, rec.Level) {
+		return h.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// waitFor waits until msg has been logged n times.
+func (r *logRecorder) waitFor(t *testing.T, msg string, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		got := 0
+		for _, m := range r.msgs {
+			if m == msg {
+				got++
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%q logged %d times in 10s, want %d", msg, got, n)
+		}
+	}
 }
 
 func TestBackoffStaysWithinBounds(t *testing.T) {

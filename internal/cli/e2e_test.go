@@ -495,7 +495,13 @@ func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
 		return b, &cliRig{env: map[string]string{"AION_ADDRESS": addr}}
 	}
 
+	// Without --sqlite-sync both commit with synchronous=full, as the store
+	// reads it back from the connection commits run on.
+	syncFull := regexp.MustCompile(`msg="store opened" store="sqlite [^"]+ synchronous=full"`)
 	dev, r := serve("dev", "--auto-create", "closed")
+	if !syncFull.MatchString(dev.log.String()) {
+		t.Fatalf("aion dev does not say it commits with synchronous=full:\n%s", dev.log.String())
+	}
 	if code, _, errOut := r.run(t, "", "activity", "schedule", "-n", "ghost", "-t", "echo"); code != exitError ||
 		!strings.Contains(errOut, "(NotFound)") || !strings.Contains(errOut, "auto-create is closed") {
 		t.Fatalf("schedule under --auto-create closed: exit %d, %q", code, errOut)
@@ -513,6 +519,9 @@ func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
 	// `aion server` on the same data directory has the namespace and the
 	// activity.
 	srv, r := serve("server")
+	if !syncFull.MatchString(srv.log.String()) {
+		t.Fatalf("aion server does not say it commits with synchronous=full:\n%s", srv.log.String())
+	}
 	if a := decode[activityJSON](t, r.ok(t, "activity", "get", "kept", "-n", "ghost", "-o", "json")); a.State != "scheduled" {
 		t.Fatalf("activity after the restart: %+v", a)
 	}

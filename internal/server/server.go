@@ -414,7 +414,13 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	} else if cfg.AcceptDataLoss {
 		log.Warn("--accept-data-loss is set: a missing, empty or damaged database would start without refusing; remove it once the loss is accepted")
 	}
-	return st, "sqlite " + path + " synchronous=" + mode, nil
+	// Log the mode SQLite applies, read back, not the one asked for.
+	applied, err := st.Synchronous(ctx)
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	return st, "sqlite " + path + " synchronous=" + applied, nil
 }
 
 // redact drops the password from a URL before it is logged.

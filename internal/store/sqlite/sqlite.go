@@ -140,6 +140,21 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 // WithAcceptDataLoss, or nil when the database was whole.
 func (s *Store) AcceptedLoss() *LossError { return s.accepted }
 
+// Synchronous reads back the synchronous mode ("off", "normal", "full" or
+// "extra") of the connection every write commits on, as SQLite applies it,
+// not as it was asked for.
+func (s *Store) Synchronous(ctx context.Context) (string, error) {
+	var level int
+	if err := s.writer.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
+		return "", fmt.Errorf("read synchronous mode of %q: %w", s.path, err)
+	}
+	modes := []string{"off", "normal", "full", "extra"}
+	if level < 0 || level >= len(modes) {
+		return "", fmt.Errorf("read synchronous mode of %q: unknown level %d", s.path, level)
+	}
+	return modes[level], nil
+}
+
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
