@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
@@ -31,16 +30,16 @@ type options struct {
 }
 
 // WithToken sends "authorization: Bearer <token>" metadata on every call.
-// Dial's own transport is plain text, so the token travels in clear unless
-// WithDialOptions passes TLS transport credentials (the server serves TLS
-// with --tls-cert); use it without TLS only on trusted networks.
+// Without TLS the token travels in clear text: against a server that
+// serves TLS, pass its transport credentials with WithDialOptions
+// (grpc.WithTransportCredentials).
 func WithToken(token string) Option {
 	return func(o *options) { o.token = token }
 }
 
 // WithDialOptions appends gRPC dial options. They are applied after the
-// client's own (insecure transport credentials, the token), so they can
-// override them, for example with grpc.WithTransportCredentials.
+// client's own (plain-gRPC transport credentials, the token), so they can
+// override them, for example with grpc.WithTransportCredentials for TLS.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }
@@ -64,12 +63,7 @@ func Dial(ctx context.Context, address string, opts ...Option) (*Client, error) 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if o.token != "" {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(o.token)))
-	}
-	dial = append(dial, o.dialOptions...)
-	conn, err := target.Dial(address, dial...)
+	conn, err := target.DialSDK(address, o.token, o.dialOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("aion client: dial %s: %w", address, err)
 	}
@@ -107,17 +101,6 @@ func (c *Client) NamespaceService() aionv1.NamespaceServiceClient { return c.nam
 
 // ClusterService returns the raw generated gRPC client.
 func (c *Client) ClusterService() aionv1.ClusterServiceClient { return c.cluster }
-
-// bearerToken sends "authorization: Bearer <token>" with every call.
-type bearerToken string
-
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity is false so the token also works over a
-// plain-text connection (a server without --tls-cert, on a trusted network).
-func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // rpcError wraps an RPC error with what the call was about while keeping its
 // gRPC status reachable: status.Code(err) and status.FromError(err) see

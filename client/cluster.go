@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"strings"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // Worker is a connected worker as the server sees it.
@@ -50,12 +50,12 @@ func workerFromProto(w *aionv1.Worker) *Worker {
 
 func capabilitiesFromProto(ps []aionv1.InterventionPrimitive) []string {
 	out := make([]string, 0, len(ps))
-	for _, p := range ps {
-		name, ok := strings.CutPrefix(p.String(), "INTERVENTION_PRIMITIVE_")
-		if !ok {
-			name = p.String() // a primitive this client does not know: its number
+	for _, enum := range ps {
+		if p, ok := wire.FromProto(enum); ok {
+			out = append(out, p.String())
+		} else {
+			out = append(out, enum.String()) // a primitive this client does not know: its number
 		}
-		out = append(out, strings.ToLower(name))
 	}
 	return out
 }

@@ -15,8 +15,11 @@ import (
 
 // Schedule an activity and wait for its typed result.
 func Example() {
+	addr, stop := exampleServer() // a server and a worker in this process
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,13 +51,17 @@ func Example() {
 	default:
 		fmt.Println(greeting)
 	}
+	// Output: hello Ada
 }
 
 // A client-supplied id makes scheduling idempotent: retrying the same call
 // (after a timeout, say) never schedules the work twice.
 func ExampleSchedule_idempotent() {
+	addr, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051", client.WithToken("my-token"))
+	c, err := client.Dial(ctx, addr, client.WithToken("my-token"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,22 +86,28 @@ func ExampleSchedule_idempotent() {
 		} else if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println(h.ID, "existing:", h.Existing) // false, then true
+		fmt.Println(h.ID, "existing:", h.Existing)
 	}
+	// Output:
+	// invoice-2026-0042 existing: false
+	// invoice-2026-0042 existing: true
 }
 
 // Schedule many activities in one RPC; each item succeeds or fails alone.
 func ExampleClient_ScheduleBatch() {
+	addr, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
 	var reqs []client.ScheduleRequest
-	for i := range 100 {
-		r, err := client.NewScheduleRequest(client.ScheduleOptions{Namespace: "demo", ActivityType: "echo"}, map[string]int{"n": i})
+	for _, activityType := range []string{"echo", "echo", "not a valid type name"} {
+		r, err := client.NewScheduleRequest(client.ScheduleOptions{Namespace: "demo", ActivityType: activityType}, "hi")
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -106,32 +119,56 @@ func ExampleClient_ScheduleBatch() {
 	}
 	for i, r := range results {
 		if r.Err != nil {
-			fmt.Println("item", i, "refused:", status.Code(r.Err), r.Err)
+			fmt.Println("item", i, "refused:", status.Code(r.Err))
+		} else {
+			fmt.Println("item", i, "scheduled")
 		}
 	}
+	// Output:
+	// item 0 scheduled
+	// item 1 scheduled
+	// item 2 refused: InvalidArgument
 }
 
 // Page through a namespace's failed activities.
 func ExampleClient_ListAll() {
+	addr, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
-	for a, err := range c.ListAll(ctx, client.ListOptions{Namespace: "demo", State: client.StateFailed}) {
+	// Three reports, one of them empty, which its worker refuses.
+	for id, text := range map[string]string{"q1": "revenue up", "q2": " ", "q3": "costs down"} {
+		h, err := client.Schedule(ctx, c, client.ScheduleOptions{Namespace: "reports", ID: id, ActivityType: "parse"}, text)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := h.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	for a, err := range c.ListAll(ctx, client.ListOptions{Namespace: "reports", State: client.StateFailed, PageSize: 100}) {
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Println(a.ID, a.ActivityType, a.Failure)
 	}
+	// Output: q2 parse error: empty report
 }
 
 // Keep a namespace's work on GPU nodes only.
 func ExampleClient_SetPlacement() {
+	addr, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -144,37 +181,59 @@ func ExampleClient_SetPlacement() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(ns.Name, ns.Placement) // vision pinned{gpu-a,gpu-b}
+	fmt.Println(ns.Name, ns.Placement)
+	// Output: vision pinned{gpu-a,gpu-b}
 }
 
 // Steer a running agent activity: inject a message, pause and resume it,
 // and cap its turns. Each command reaches the worker running the current
 // attempt only if that worker advertised the command's primitive.
 func ExampleClient_Intervene() {
+	addr, stop := exampleServer()
+	defer stop()
+
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:50051")
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
+	h, err := client.Schedule(ctx, c, client.ScheduleOptions{Namespace: "agents", ID: "fix-ci-1234", ActivityType: "agent"}, "fix the build")
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, cmd := range []client.InterventionCommand{
 		client.InjectMessage("focus on the failing test first", client.PriorityInterrupt),
 		client.Pause(),
 		client.Resume(),
-		client.UpdateBudget(client.Budget{MaxTurns: new(uint32(10))}),
+		client.UpdateBudget(client.Budget{MaxTurns: new(uint32(1))}),
 	} {
-		res, err := c.Intervene(ctx, "agents", "fix-ci-1234", cmd)
+		res, err := c.Intervene(ctx, "agents", h.ID, cmd)
+		for err == nil && res.Outcome == client.InterventionStaleTarget {
+			// Not running yet: a worker has not started the attempt.
+			time.Sleep(10 * time.Millisecond)
+			res, err = c.Intervene(ctx, "agents", h.ID, cmd)
+		}
 		if err != nil {
 			log.Fatal(err) // NotFound, InvalidArgument, PermissionDenied, ...
 		}
 		switch res.Outcome {
 		case client.InterventionDelivered:
-			fmt.Println(cmd.Kind(), "delivered to attempt", res.Attempt, "as", res.InterventionID)
-		case client.InterventionStaleTarget:
-			fmt.Println(cmd.Kind(), "not sent: the activity is not running")
+			fmt.Println(cmd.Kind(), "delivered to attempt", res.Attempt)
 		case client.InterventionCapabilityNotSupported:
-			fmt.Println(cmd.Kind(), "not sent: its worker does not support it")
+			fmt.Println(cmd.Kind(), "not sent: its worker does not support", cmd.Capability())
 		}
 	}
+	transcript, err := client.WaitResult[[]string](ctx, c, h.Namespace, h.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(transcript)
+	// Output:
+	// inject_message delivered to attempt 1
+	// pause delivered to attempt 1
+	// resume delivered to attempt 1
+	// update_budget delivered to attempt 1
+	// [goal: fix the build user: focus on the failing test first]
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
+	"github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // InterventionCommand is one mid-run command for the worker running an
@@ -19,19 +21,15 @@ type InterventionCommand struct {
 // "update_budget", "respond_to_approval" or "cancel"; empty for the zero
 // value.
 func (c InterventionCommand) Kind() string {
-	switch c.p.GetCommand().(type) {
-	case *aionv1.InterventionCommand_InjectMessage:
-		return "inject_message"
-	case *aionv1.InterventionCommand_Pause:
-		return "pause"
-	case *aionv1.InterventionCommand_Resume:
-		return "resume"
-	case *aionv1.InterventionCommand_UpdateBudget:
-		return "update_budget"
-	case *aionv1.InterventionCommand_RespondToApproval:
-		return "respond_to_approval"
-	case *aionv1.InterventionCommand_Cancel:
-		return "cancel"
+	kind, _, _ := wire.Of(c.p)
+	return kind
+}
+
+// Capability names the worker capability the command needs (pause and
+// resume both need "pause_resume"); empty for the zero value.
+func (c InterventionCommand) Capability() string {
+	if _, p, ok := wire.Of(c.p); ok {
+		return p.String()
 	}
 	return ""
 }
@@ -46,9 +44,9 @@ type MessagePriority string
 const (
 	// PriorityNormal: at the next natural boundary (for an agent, after
 	// the current turn).
-	PriorityNormal MessagePriority = "normal"
+	PriorityNormal MessagePriority = intervention.PriorityNormal
 	// PriorityInterrupt: at once, interrupting the current step.
-	PriorityInterrupt MessagePriority = "interrupt"
+	PriorityInterrupt MessagePriority = intervention.PriorityInterrupt
 )
 
 // InjectMessage adds a message to the running work (for an agent, a user
@@ -56,12 +54,8 @@ const (
 // means PriorityNormal; any other value than the two priorities is sent
 // as normal.
 func InjectMessage(text string, priority MessagePriority) InterventionCommand {
-	p := aionv1.MessagePriority_MESSAGE_PRIORITY_NORMAL
-	if priority == PriorityInterrupt {
-		p = aionv1.MessagePriority_MESSAGE_PRIORITY_INTERRUPT
-	}
 	return InterventionCommand{&aionv1.InterventionCommand{Command: &aionv1.InterventionCommand_InjectMessage{
-		InjectMessage: &aionv1.InjectMessageCommand{Text: text, Priority: p}}}}
+		InjectMessage: &aionv1.InjectMessageCommand{Text: text, Priority: wire.Priority(string(priority))}}}}
 }
 
 // Pause suspends the running work at its next safe point until Resume.

@@ -102,3 +102,23 @@ func TestInterveneSendsEachCommandAndReportsEveryOutcome(t *testing.T) {
 		}
 	}
 }
+
+func TestEachCommandNamesItsKindAndTheCapabilityItNeeds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cmd              InterventionCommand
+		kind, capability string
+	}{
+		{InjectMessage("hi", PriorityNormal), "inject_message", "inject_message"},
+		{Pause(), "pause", "pause_resume"},
+		{Resume(), "resume", "pause_resume"},
+		{UpdateBudget(Budget{MaxTurns: new(uint32(1))}), "update_budget", "update_budget"},
+		{RespondToApproval("call-1", true, ""), "respond_to_approval", "respond_to_approval"},
+		{CancelCommand(""), "cancel", "cancel"},
+		{InterventionCommand{}, "", ""},
+	} {
+		if tc.cmd.Kind() != tc.kind || tc.cmd.Capability() != tc.capability {
+			t.Errorf("%v: Kind %q, Capability %q; want %q, %q", tc.cmd.Proto(), tc.cmd.Kind(), tc.cmd.Capability(), tc.kind, tc.capability)
+		}
+	}
+}

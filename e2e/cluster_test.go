@@ -222,17 +222,16 @@ func TestClusterRoutesWorkAcrossServerProcesses(t *testing.T) {
 			echo{Hello: fmt.Sprintf("held-%d", i)})
 		held = append(held, h.ID)
 	}
-	// The cpu worker is idle and connected; the work must still wait.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		for _, id := range held {
-			got, err := c.client.Get(ctx, "placed", id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State != client.StateScheduled || len(got.Attempts) != 0 {
-				t.Fatalf("namespace pinned to tpu, yet its work did not wait: %s (the cpu worker is %d on server b)",
-					f.describe(got), bCPU)
-			}
+	// The cpu worker is idle and connected; the work must still wait, and
+	// below it runs once, on the tpu worker that joins later.
+	for _, id := range held {
+		got, err := c.client.Get(ctx, "placed", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != client.StateScheduled || len(got.Attempts) != 0 {
+			t.Fatalf("namespace pinned to tpu, yet its work did not wait: %s (the cpu worker is %d on server b)",
+				f.describe(got), bCPU)
 		}
 	}
 	refused := start(t, "c/cpu-refused", "worker", "demo", "--address", c.grpc, "--namespace", "placed", "--node", "cpu")
@@ -320,7 +319,13 @@ func TestClusterServerKilledUnderLoadLosesNothing(t *testing.T) {
 	atKill := l.count()
 	t.Logf("killed server %s with %d acknowledged, %s attempt %d on worker %d among its attempts in flight",
 		victimName, atKill, inFlight, inFlightAt.Number, inFlightAt.WorkerID)
-	time.Sleep(3 * time.Second) // the load goes on; schedules through the dead server fail
+	// The load goes on through the survivors (schedules through the dead
+	// server fail) before it stops.
+	for deadline := time.Now().Add(60 * time.Second); l.count() < atKill+30; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d activities acknowledged in 60s after the kill", l.count()-atKill)
+		}
+	}
 	ids := l.finish()
 	if len(ids) < 150 {
 		t.Fatalf("only %d activities acknowledged; the load was too light to mean anything", len(ids))

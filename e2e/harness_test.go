@@ -14,6 +14,7 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,9 +61,20 @@ type proc struct {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startWith(t, name, nil, args...)
+}
+
+// startWith is start with the command built by launch, when set, instead of
+// running the binary itself.
+func startWith(t *testing.T, name string, launch func(args ...string) *osexec.Cmd, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, lines: make(chan string, 4096), done: make(chan struct{})}
-	p.cmd = osexec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), "AION_LOG_LEVEL=info")
+	if launch != nil {
+		p.cmd = launch(args...)
+	} else {
+		p.cmd = osexec.Command(binary, args...)
+	}
+	p.cmd.Env = append(p.cmd.Environ(), "AION_LOG_LEVEL=info")
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
@@ -161,12 +173,22 @@ type cluster struct {
 	client   *client.Client
 	extra    []string
 	restarts int
+	// launch, when set, builds the server's command for the next boot.
+	launch func(args ...string) *osexec.Cmd
 }
 
 func startServer(t *testing.T, extra ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, grpc: freePort(t), http: freePort(t), dataDir: t.TempDir(), extra: extra}
+	return startServerWith(t, nil, extra...)
+}
+
+// startServerWith is startServer with the first boot's command built by
+// launch.
+func startServerWith(t *testing.T, launch func(args ...string) *osexec.Cmd, extra ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, grpc: freePort(t), http: freePort(t), dataDir: t.TempDir(), extra: extra, launch: launch}
 	c.boot()
+	c.launch = nil
 	cl, err := client.Dial(context.Background(), c.grpc)
 	if err != nil {
 		t.Fatal(err)
@@ -176,12 +198,16 @@ func startServer(t *testing.T, extra ...string) *cluster {
 	return c
 }
 
-// boot starts the server process and waits until it is ready.
+// boot starts the server process and waits until it is ready. It commits
+// with --sqlite-sync normal unless the extra flags say otherwise.
 func (c *cluster) boot() {
 	c.t.Helper()
-	args := append([]string{"server", "--grpc-addr", c.grpc, "--http-addr", c.http, "--data-dir", c.dataDir,
-		"--sqlite-sync", "normal"}, c.extra...)
-	c.server = start(c.t, fmt.Sprintf("server#%d", c.restarts), args...)
+	args := []string{"server", "--grpc-addr", c.grpc, "--http-addr", c.http, "--data-dir", c.dataDir}
+	if !slices.Contains(c.extra, "--sqlite-sync") {
+		args = append(args, "--sqlite-sync", "normal")
+	}
+	args = append(args, c.extra...)
+	c.server = startWith(c.t, fmt.Sprintf("server#%d", c.restarts), c.launch, args...)
 	c.restarts++
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

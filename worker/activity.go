@@ -128,7 +128,7 @@ func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
 		w:           w,
 		key:         attemptKey{namespace: t.GetNamespace(), id: t.GetActivityId(), attempt: t.GetAttempt()},
 		lastDetails: t.GetLastHeartbeatDetails(),
-		hbInterval:  heartbeatEvery,
+		hbInterval:  w.hbEvery,
 		iv:          interventions{ch: make(chan Intervention, interventionBuffer)},
 		info: ActivityInfo{
 			Namespace:           t.GetNamespace(),

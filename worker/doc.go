@@ -82,6 +82,13 @@
 // A command for an attempt the worker no longer runs, or for a primitive it
 // did not advertise, is declined with a message saying so.
 //
+// # Testing handlers
+//
+// Package aiontest runs a handler the way this package runs an attempt,
+// without a server: it returns the result or the failure as it would be
+// reported, records each heartbeat, and lets a test send interventions,
+// pause, resume and cancel while the handler runs.
+//
 // # Delivery
 //
 // Every result is kept until the server acknowledges it (ResultAck) and is

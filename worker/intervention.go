@@ -1,12 +1,15 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // InterventionKind names the command an Intervention carries.
@@ -17,11 +20,11 @@ type InterventionKind string
 // Interventions).
 const (
 	// InterventionInjectMessage: Message is set.
-	InterventionInjectMessage InterventionKind = "inject_message"
+	InterventionInjectMessage InterventionKind = intervention.KindInjectMessage
 	// InterventionUpdateBudget: Budget is set.
-	InterventionUpdateBudget InterventionKind = "update_budget"
+	InterventionUpdateBudget InterventionKind = intervention.KindUpdateBudget
 	// InterventionRespondToApproval: Approval is set.
-	InterventionRespondToApproval InterventionKind = "respond_to_approval"
+	InterventionRespondToApproval InterventionKind = intervention.KindRespondToApproval
 )
 
 // Priority says how urgently an injected message should be handled.
@@ -31,9 +34,9 @@ type Priority string
 const (
 	// PriorityNormal: at the next natural boundary (for an agent, after the
 	// current turn).
-	PriorityNormal Priority = "normal"
+	PriorityNormal Priority = intervention.PriorityNormal
 	// PriorityInterrupt: at once, interrupting the current step.
-	PriorityInterrupt Priority = "interrupt"
+	PriorityInterrupt Priority = intervention.PriorityInterrupt
 )
 
 // InjectedMessage is the payload of an inject-message intervention.
@@ -181,7 +184,7 @@ func WaitWhilePaused(ctx context.Context) (time.Duration, error) {
 	}
 	start := time.Now()
 	var beat <-chan time.Time
-	if a.info.HeartbeatTimeout > 0 {
+	if a.info.HeartbeatTimeout > 0 && a.hbInterval > 0 {
 		t := time.NewTicker(a.hbInterval)
 		defer t.Stop()
 		beat = t.C
@@ -304,41 +307,23 @@ func (s *interventions) end() int {
 	return declined
 }
 
-// primitiveOf is the capability a command needs; false for an empty or
-// unknown command.
-func primitiveOf(cmd *aionv1.InterventionCommand) (Capability, bool) {
-	switch cmd.GetCommand().(type) {
-	case *aionv1.InterventionCommand_InjectMessage:
-		return CapabilityInjectMessage, true
-	case *aionv1.InterventionCommand_Cancel:
-		return CapabilityCancel, true
-	case *aionv1.InterventionCommand_Pause, *aionv1.InterventionCommand_Resume:
-		return CapabilityPauseResume, true
-	case *aionv1.InterventionCommand_UpdateBudget:
-		return CapabilityUpdateBudget, true
-	case *aionv1.InterventionCommand_RespondToApproval:
-		return CapabilityRespondToApproval, true
-	}
-	return "", false
-}
-
 // intervene applies one Intervention frame and acknowledges it, or hands
 // it to the handler, which acknowledges it.
 func (w *Worker) intervene(out *outbox, in *aionv1.Intervention) {
 	k := attemptKey{namespace: in.GetNamespace(), id: in.GetActivityId(), attempt: in.GetAttempt()}
 	ack := &interventionAck{out: out, frame: &aionv1.InterventionAck{
 		Namespace: k.namespace, ActivityId: k.id, Attempt: k.attempt, InterventionId: in.GetInterventionId()}}
+	kind, primitive, ok := ivwire.Of(in.GetCommand())
 	reply := func(accepted bool, msg string) {
 		ack.send(accepted, msg)
 		w.log.Info("aion worker: intervention", "activity", k.String(), "intervention", in.GetInterventionId(),
-			"command", commandName(in.GetCommand()), "accepted", accepted, "message", msg)
+			"command", cmp.Or(kind, "unknown"), "accepted", accepted, "message", msg)
 	}
-	need, ok := primitiveOf(in.GetCommand())
 	if !ok {
 		reply(false, "the intervention carries no command this SDK knows")
 		return
 	}
-	if !w.caps[need] {
+	if need := capabilityOf(primitive); !w.caps[need] {
 		reply(false, fmt.Sprintf("this worker did not advertise the %s capability", need))
 		return
 	}
@@ -370,11 +355,8 @@ func (w *Worker) intervene(out *outbox, in *aionv1.Intervention) {
 		iv := Intervention{ID: in.GetInterventionId(), ack: ack}
 		switch c := cmd.(type) {
 		case *aionv1.InterventionCommand_InjectMessage:
-			p := PriorityNormal
-			if c.InjectMessage.GetPriority() == aionv1.MessagePriority_MESSAGE_PRIORITY_INTERRUPT {
-				p = PriorityInterrupt
-			}
-			iv.Kind, iv.Message = InterventionInjectMessage, &InjectedMessage{Text: c.InjectMessage.GetText(), Priority: p}
+			iv.Kind, iv.Message = InterventionInjectMessage, &InjectedMessage{Text: c.InjectMessage.GetText(),
+				Priority: Priority(ivwire.PriorityWord(c.InjectMessage.GetPriority()))}
 		case *aionv1.InterventionCommand_UpdateBudget:
 			iv.Kind, iv.Budget = InterventionUpdateBudget, &BudgetUpdate{MaxTokens: c.UpdateBudget.MaxTokens, MaxTurns: c.UpdateBudget.MaxTurns}
 		case *aionv1.InterventionCommand_RespondToApproval:
@@ -388,23 +370,4 @@ func (w *Worker) intervene(out *outbox, in *aionv1.Intervention) {
 		w.log.Debug("aion worker: intervention handed to the handler", "activity", k.String(),
 			"intervention", in.GetInterventionId(), "command", iv.Kind)
 	}
-}
-
-// commandName names a command for logs.
-func commandName(cmd *aionv1.InterventionCommand) string {
-	switch cmd.GetCommand().(type) {
-	case *aionv1.InterventionCommand_InjectMessage:
-		return "inject_message"
-	case *aionv1.InterventionCommand_Cancel:
-		return "cancel"
-	case *aionv1.InterventionCommand_Pause:
-		return "pause"
-	case *aionv1.InterventionCommand_Resume:
-		return "resume"
-	case *aionv1.InterventionCommand_UpdateBudget:
-		return "update_budget"
-	case *aionv1.InterventionCommand_RespondToApproval:
-		return "respond_to_approval"
-	}
-	return "unknown"
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 )
 
 // testLogger discards logs unless AION_TEST_LOG is set.
@@ -22,6 +25,59 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// logRecorder is a slog.Handler that keeps every record's message, so a
+// test can wait for what the worker logs instead of sleeping. It also logs
+// to stderr when AION_TEST_LOG is set.
+type logRecorder struct {
+	mu      sync.Mutex
+	msgs    []string
+	changed chan struct{} // closed, and replaced, on every record
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *logRecorder) Handle(ctx context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, rec.Message)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+	if h := testLogger().Handler(); h.Enabled(ctx, rec.Level) {
+		return h.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// waitFor waits until msg has been logged n times.
+func (r *logRecorder) waitFor(t *testing.T, msg string, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		got := 0
+		for _, m := range r.msgs {
+			if m == msg {
+				got++
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%q logged %d times in 10s, want %d", msg, got, n)
+		}
+	}
 }
 
 func TestBackoffStaysWithinBounds(t *testing.T) {
@@ -280,6 +336,21 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 	if w.opts.Slots != 1 || w.opts.StopTimeout != DefaultStopTimeout || w.opts.Identity == "" {
 		t.Fatalf("defaults not applied: %+v", w.opts)
+	}
+}
+
+func TestEveryCapabilityConstantIsAPrimitiveOfTheWire(t *testing.T) {
+	t.Parallel()
+	consts := []Capability{CapabilityInjectMessage, CapabilityCancel, CapabilityPauseResume, CapabilityUpdateBudget, CapabilityRespondToApproval}
+	if len(consts) != len(intervention.All()) {
+		t.Fatalf("%d capability constants for %d primitives", len(consts), len(intervention.All()))
+	}
+	for i, c := range consts {
+		p := intervention.All()[i]
+		got, err := c.toProto()
+		if err != nil || got != ivwire.Primitive(p) || capabilityOf(p) != c {
+			t.Errorf("%q: wire enum %v, %v; want %v", c, got, err, ivwire.Primitive(p))
+		}
 	}
 }
 

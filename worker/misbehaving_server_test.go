@@ -13,6 +13,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/servertest"
 )
 
 // fakeServer hands every accepted stream to the test as a fakeConn, which
@@ -198,7 +200,9 @@ func newFakeSetup(t *testing.T, opts Options, register func(*Worker)) *fakeSetup
 	opts.Namespaces = []string{"ns"}
 	opts.DialOptions = srv.dialOptions()
 	opts.MinBackoff, opts.MaxBackoff = 5*time.Millisecond, 20*time.Millisecond
-	opts.Logger = testLogger()
+	if opts.Logger == nil {
+		opts.Logger = testLogger()
+	}
 	w, err := New("passthrough:///bufnet", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -279,12 +283,13 @@ func TestTaskBeforeRegisterAckIsAProtocolErrorThatReconnects(t *testing.T) {
 func TestSlotsBoundConcurrencyEvenIfTheServerOversends(t *testing.T) {
 	t.Parallel()
 	var cur, peak atomic.Int32
+	release := make(chan struct{})
 	s := newFakeSetup(t, Options{Slots: 2}, func(w *Worker) {
 		RegisterActivity(w, "work", func(ctx context.Context, _ struct{}) (struct{}, error) {
 			n := cur.Add(1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 			}
-			time.Sleep(20 * time.Millisecond)
+			<-release // held until both slots are seen busy
 			cur.Add(-1)
 			return struct{}{}, nil
 		})
@@ -293,6 +298,8 @@ func TestSlotsBoundConcurrencyEvenIfTheServerOversends(t *testing.T) {
 	for i := range 6 {
 		c.task(fakeTask("a"+strconv.Itoa(i), 1, "work"))
 	}
+	servertest.Eventually(t, "both slots busy", func() bool { return cur.Load() >= 2 })
+	close(release)
 	for range 6 {
 		r := c.result()
 		if r.GetCompleted() == nil {
@@ -323,7 +330,9 @@ func TestStopGivesUpWhenResultsAreNeverAcknowledged(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run = nil, want an error about unacknowledged results")
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// About StopTimeout+ackGrace (120ms); the bound only has to tell it
+	// from the default grace of 10s, and leaves a busy machine room.
+	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Run gave up after %v, want about StopTimeout+ackGrace (120ms)", d)
 	}
 	go func() {
@@ -353,7 +362,8 @@ func TestRepeatedTaskRunsOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	release := make(chan struct{})
-	s := newFakeSetup(t, Options{Slots: 2}, func(w *Worker) {
+	logs := newLogRecorder()
+	s := newFakeSetup(t, Options{Slots: 2, Logger: slog.New(logs)}, func(w *Worker) {
 		RegisterActivity(w, "once", func(context.Context, struct{}) (int32, error) {
 			n := calls.Add(1)
 			<-release
@@ -363,11 +373,11 @@ func TestRepeatedTaskRunsOnce(t *testing.T) {
 	c := s.accepted(t)
 	c.task(fakeTask("a", 1, "once"))
 	c.task(fakeTask("a", 1, "once")) // the same attempt again while it runs
-	time.Sleep(20 * time.Millisecond)
+	logs.waitFor(t, "aion worker: duplicate task ignored", 1)
 	close(release)
 	r := c.result()
 	c.task(fakeTask("a", 1, "once")) // and while its result awaits the ack
-	time.Sleep(20 * time.Millisecond)
+	logs.waitFor(t, "aion worker: duplicate task ignored", 2)
 	c.resultAck(r)
 	s.stop()
 	c.closeCleanly() // no second result before the Drain

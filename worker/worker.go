@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/intervention"
+	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/target"
 )
 
@@ -39,20 +40,15 @@ const (
 	CapabilityRespondToApproval Capability = "respond_to_approval"
 )
 
+// capabilityOf is the SDK's name for a primitive.
+func capabilityOf(p intervention.Primitive) Capability { return Capability(p.String()) }
+
 func (c Capability) toProto() (aionv1.InterventionPrimitive, error) {
-	switch c {
-	case CapabilityInjectMessage:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_INJECT_MESSAGE, nil
-	case CapabilityCancel:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_CANCEL, nil
-	case CapabilityPauseResume:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_PAUSE_RESUME, nil
-	case CapabilityUpdateBudget:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_UPDATE_BUDGET, nil
-	case CapabilityRespondToApproval:
-		return aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_RESPOND_TO_APPROVAL, nil
+	p, err := intervention.Parse(string(c))
+	if err != nil {
+		return 0, fmt.Errorf("capability %w", err)
 	}
-	return 0, fmt.Errorf("capability %q is not an intervention primitive", string(c))
+	return ivwire.Primitive(p), nil
 }
 
 // Options configures a Worker. Namespaces is required; everything else has
@@ -74,12 +70,13 @@ type Options struct {
 	Capabilities []Capability
 
 	// Token, when set, is sent as "authorization: Bearer <token>" metadata.
-	// The transport is plain text, the token in clear, unless DialOptions
-	// passes TLS transport credentials (the server serves TLS with
-	// --tls-cert).
+	// The transport is plain gRPC unless DialOptions passes transport
+	// credentials (grpc.WithTransportCredentials), as a server that serves
+	// TLS needs; without TLS the token travels in clear text.
 	Token string
-	// DialOptions are appended to the worker's own (insecure transport
-	// credentials, the token), so they can override them.
+	// DialOptions are appended to the worker's own (plain-gRPC transport
+	// credentials, the token), so they can override them, for example with
+	// grpc.WithTransportCredentials for TLS.
 	DialOptions []grpc.DialOption
 
 	// Logger receives connection events and per-attempt debug lines;
@@ -134,6 +131,9 @@ type Worker struct {
 	// closeWait bounds the wait for the server to end the stream after
 	// CloseSend.
 	closeWait time.Duration
+	// hbEvery is the most often one attempt sends a heartbeat; 0 sends
+	// every one (an offline worker, for aiontest).
+	hbEvery time.Duration
 
 	mu       sync.Mutex
 	handlers map[string]handlerFunc
@@ -226,6 +226,7 @@ func New(address string, opts Options) (*Worker, error) {
 		ackGrace:        10 * time.Second,
 		registerTimeout: 30 * time.Second,
 		closeWait:       5 * time.Second,
+		hbEvery:         heartbeatEvery,
 		handlers:        make(map[string]handlerFunc),
 		running:         make(map[attemptKey]*attempt),
 		sem:             make(chan struct{}, opts.Slots),
@@ -509,21 +510,5 @@ func (w *Worker) cancelRunning(cause error) {
 
 // dial opens the client connection.
 func (w *Worker) dial() (*grpc.ClientConn, error) {
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if w.opts.Token != "" {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(w.opts.Token)))
-	}
-	dial = append(dial, w.opts.DialOptions...)
-	return target.Dial(w.address, dial...)
+	return target.DialSDK(w.address, w.opts.Token, w.opts.DialOptions...)
 }
-
-// bearerToken sends "authorization: Bearer <token>" with every call.
-type bearerToken string
-
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity is false so the token also works over a
-// plain-text connection (a server without --tls-cert, on a trusted network).
-func (bearerToken) RequireTransportSecurity() bool { return false }

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/goleak"
 )
@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 
 // chromium returns the browser to drive. Without one the test skips, or
 // fails under CI, where .ci/run must have installed it.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AION_CHROMIUM"); p != "" {
 		return p
@@ -85,33 +85,29 @@ func chromium(t *testing.T) string {
 // opts may change the configuration first.
 func startServer(t *testing.T, opts ...func(*server.Config)) *server.Server {
 	t.Helper()
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.SQLiteSync = "normal"
+	cfg := servertest.Config(t.TempDir())
 	cfg.DrainTimeout = 2 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("AION_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	srv, err := server.Start(context.Background(), cfg, log)
+	srv, err := server.New(context.Background(), cfg, servertest.Logger())
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
 		}
 	})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatalf("start server: %v", err)
+	}
 	return srv
 }
 
 // page is one browser tab on the console.
 type page struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	base string
 
@@ -121,7 +117,7 @@ type page struct {
 
 // openBrowser starts headless Chromium with a throwaway profile. The
 // browser is closed (and waited for) when the test ends.
-func openBrowser(t *testing.T, httpAddr string) *page {
+func openBrowser(t testing.TB, httpAddr string) *page {
 	t.Helper()
 	exe := chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -308,7 +304,7 @@ type proc struct {
 
 // startProc runs the aion binary with args; it is killed when the test
 // ends if still running.
-func startProc(t *testing.T, name string, args ...string) *proc {
+func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
@@ -355,7 +351,7 @@ var serving = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
 // startServerProcess runs `aion dev` on loopback ports it picks itself and
 // returns its gRPC and HTTP addresses. It is the binary as users run it:
 // built without the race detector even when the tests run with it.
-func startServerProcess(t *testing.T) (grpcAddr, httpAddr string) {
+func startServerProcess(t testing.TB) (grpcAddr, httpAddr string) {
 	t.Helper()
 	p := startProc(t, "aion dev", "dev", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir())

@@ -35,8 +35,8 @@ func TestConsoleRebuildsAfterReconnect(t *testing.T) {
 	}
 	p.waitFor("namespace before", exists(`#namespaces-body tr[data-namespace="before"]`), 10*time.Second)
 
-	if err := first.Shutdown(context.Background()); err != nil {
-		t.Fatalf("shutdown: %v", err)
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatalf("stop: %v", err)
 	}
 	p.waitFor("lost stream shown", `document.getElementById("conn").dataset.state === "reconnecting"`, 10*time.Second)
 

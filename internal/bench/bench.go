@@ -6,15 +6,45 @@
 // measure the server and the wire rather than a handler framework: each
 // worker completes a task as soon as it arrives and counts it done when the
 // server acknowledges the durable result.
+//
+// Load. With a rate the run is an open loop: call k is due at
+// start + k·max(batch, 1)/rate and is sent then on its own goroutine,
+// however many earlier calls are outstanding, so a server that cannot keep
+// up meets the offered load anyway and its backlog shows in the latencies
+// (and in the most calls in flight at once). Without a rate the run is a
+// closed loop of a number of goroutines, each sending its next call when its
+// previous one returned: the server sets the pace, so its figures are
+// throughput at saturation.
+//
+// Counting. An activity completes when the server acknowledged its result as
+// durable; only completions count in the throughput. Every activity of a
+// failed call, every refused batch item and every refused result is an
+// error.
+//
+// Latencies. End-to-end runs from the call's intended start (its due time
+// in an open loop, even when the bench sent it later; the instant it was
+// sent in a closed loop) to the bench worker receiving the acknowledgement
+// that the result is durable, over completed activities. Schedule-to-start
+// is the server's own figure, started_time minus scheduled_time of each task
+// a bench worker receives, both read from the server's wall clock:
+// scheduled_time is read when the server accepts the Schedule request,
+// after checking it (and creating its namespace on first use) and before
+// the group commit that makes it durable; started_time when the server hands
+// the attempt to a worker whose slot it took, just before the task is sent.
+// It therefore includes the commit and the wait for a free slot, but not the
+// time before the request reached the server; a retried attempt counts from
+// the same scheduled_time, and in a cluster the two instants may be read by
+// two servers. (The server's metric aion_schedule_to_start_seconds starts
+// later, when the attempt became ready after the commit.)
 package bench
 
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -35,15 +65,21 @@ type Options struct {
 	Activities int
 	// Workers connected, each with Slots slots.
 	Workers, Slots int
-	// Concurrency is the number of scheduling goroutines.
+	// Concurrency is the number of scheduling goroutines of a closed-loop
+	// run (Rate 0): each sends its next call when its previous one returned.
+	// An open-loop run (Rate above 0) does not use it.
 	Concurrency int
 	// Payload is the size of each activity's input in bytes (at least 8).
 	Payload int
 	// Batch schedules this many activities per ScheduleBatch call; 0 uses
 	// unary Schedule.
 	Batch int
-	// Rate is the offered load in activities per second; 0 is as fast as
-	// possible.
+	// Rate, above 0, is the offered load in activities per second of an
+	// open-loop run: call k (of max(Batch, 1) activities) is due at
+	// start + k·max(Batch, 1)/Rate and is sent then on its own goroutine,
+	// however many earlier calls are still outstanding; a call the bench
+	// itself sends late goes out at once and still counts from its due
+	// time. 0 is a closed loop, as fast as Concurrency goroutines go.
 	Rate float64
 	// Namespace and TaskQueue the run uses.
 	Namespace, TaskQueue string
@@ -60,6 +96,25 @@ type Options struct {
 	Progress io.Writer
 	// Log receives the in-process server's log; nil discards it.
 	Log *slog.Logger
+
+	hooks hooks
+}
+
+// hooks let this package's tests pace a run and watch it; each nil hook
+// does nothing.
+type hooks struct {
+	// started runs once the workers are connected, just before the
+	// schedule starts.
+	started func()
+	// issued runs in the open loop's dispatcher when call k is due and
+	// counted in flight, just before it is sent.
+	issued func(k int)
+	// answered runs when a call returns, with its error (nil when the
+	// server answered it, even if some of its batch items were refused).
+	answered func(err error)
+	// hold runs in a bench worker before it completes a task: a stand-in
+	// for activity code that takes time.
+	hold func(ctx context.Context, t *aionv1.ActivityTask)
 }
 
 // Percentiles summarise a latency distribution in milliseconds.
@@ -71,21 +126,48 @@ type Percentiles struct {
 
 // Report is the outcome of one run.
 type Report struct {
-	Activities      int         `json:"activities"`
-	Seconds         float64     `json:"seconds"`
-	PerSec          float64     `json:"per_sec"`
-	Errors          int         `json:"errors"`
+	// Activities is how many activities completed: a bench worker ran them
+	// and the server acknowledged the result as durable. Scheduled is how
+	// many the run set out to schedule.
+	Activities int     `json:"activities"`
+	Scheduled  int     `json:"scheduled"`
+	Seconds    float64 `json:"seconds"`
+	// PerSec is Activities / Seconds: completions only, never failures.
+	PerSec float64 `json:"per_sec"`
+	// Errors counts the activities that did not complete: every activity of
+	// a call that failed, every refused batch item, every result the server
+	// refused. FirstError is the first such error's text.
+	Errors     int    `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// Calls is the number of Schedule or ScheduleBatch calls sent;
+	// MaxInFlight the most that were outstanding at once (issued, not yet
+	// answered): a server that cannot keep up with an open loop shows it
+	// here.
+	Calls       int `json:"calls"`
+	MaxInFlight int `json:"max_in_flight"`
+	// ScheduleToStart is measured by the server: started_time minus
+	// scheduled_time of each task a bench worker receives (see the package
+	// documentation of bench for the instants).
 	ScheduleToStart Percentiles `json:"schedule_to_start_ms"`
-	EndToEnd        Percentiles `json:"end_to_end_ms"`
-	Workers         int         `json:"workers"`
-	Slots           int         `json:"slots"`
-	Concurrency     int         `json:"concurrency"`
-	Batch           int         `json:"batch"`
-	Payload         int         `json:"payload"`
-	Rate            float64     `json:"rate"`
-	Server          string      `json:"server"`
-	Servers         int         `json:"servers"`
-	SQLiteSync      string      `json:"sqlite_sync,omitempty"`
+	// EndToEnd runs from each call's intended start to the bench worker
+	// receiving the acknowledgement that the activity's result is durable,
+	// over completed activities.
+	EndToEnd Percentiles `json:"end_to_end_ms"`
+	// EndToEndTrend is the median EndToEnd of each tenth of the completed
+	// activities, in order of intended start: flat when the server keeps
+	// up, growing when a backlog builds.
+	EndToEndTrend []float64 `json:"end_to_end_p50_by_tenth_ms"`
+	Workers       int       `json:"workers"`
+	Slots         int       `json:"slots"`
+	// Concurrency is the closed loop's scheduling goroutines; 0 in an
+	// open-loop run, which does not use them.
+	Concurrency int     `json:"concurrency"`
+	Batch       int     `json:"batch"`
+	Payload     int     `json:"payload"`
+	Rate        float64 `json:"rate"`
+	Server      string  `json:"server"`
+	Servers     int     `json:"servers"`
+	SQLiteSync  string  `json:"sqlite_sync,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
@@ -108,8 +190,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--payload: %d bytes, want 8 to %d", o.Payload, 2<<20)
 	case o.Batch < 0 || o.Batch > 1000:
 		return fmt.Errorf("--batch: %d, want 0 (unary) to 1000", o.Batch)
-	case o.Rate < 0:
-		return fmt.Errorf("--rate: %v is negative", o.Rate)
+	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+		return fmt.Errorf("--rate: %v, want 0 (closed loop) or a positive number of activities per second", o.Rate)
 	case o.Servers < 1:
 		return fmt.Errorf("--servers: %d, want at least 1", o.Servers)
 	case o.Servers > 1 && o.Address != "":
@@ -120,13 +202,18 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// Run performs one bench run.
+// Run performs one bench run. It returns the report with an error when the
+// run was interrupted or when any activity did not complete (the report
+// then counts them in Errors).
 func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency, Batch: o.Batch,
-		Payload: o.Payload, Rate: o.Rate, Server: o.Address}
+	rep := Report{Scheduled: o.Activities, Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency,
+		Batch: o.Batch, Payload: o.Payload, Rate: o.Rate, Server: o.Address}
+	if o.Rate > 0 {
+		rep.Concurrency = 0
+	}
 	addrs := []string{o.Address}
 	if o.Address == "" {
 		dir, err := os.MkdirTemp("", "aion-bench-")
@@ -141,11 +228,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			cfg.Store = o.Store
 			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
 			cfg.DrainTimeout = 5 * time.Second
-			srv, err := server.Start(ctx, cfg, o.Log)
+			srv, err := server.New(ctx, cfg, o.Log)
 			if err != nil {
 				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
 			}
-			defer srv.Shutdown(context.Background())
+			defer srv.Stop(context.Background())
+			if err := srv.Start(ctx); err != nil {
+				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
+			}
 			addrs = append(addrs, srv.GRPCAddr())
 		}
 		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync
@@ -156,7 +246,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Servers = len(addrs)
 
 	run := &runner{o: o, total: int64(o.Activities), allDone: make(chan struct{}),
-		toStart: make([]time.Duration, 0, o.Activities), endToEnd: make([]time.Duration, 0, o.Activities)}
+		settled: make(map[string]bool, o.Activities),
+		toStart: make([]time.Duration, 0, o.Activities), endToEnd: make([]sample, 0, o.Activities)}
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
 	var wg sync.WaitGroup
@@ -182,9 +273,16 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		clients = append(clients, aionv1.NewActivityServiceClient(cc))
 	}
 
+	if o.hooks.started != nil {
+		o.hooks.started()
+	}
 	start := time.Now()
 	stopProgress := run.progress(o.Progress, start)
-	run.schedule(ctx, clients)
+	if o.Rate > 0 {
+		run.openLoop(ctx, clients, start)
+	} else {
+		run.closedLoop(ctx, clients)
+	}
 	select {
 	case <-run.allDone:
 	case <-ctx.Done():
@@ -201,49 +299,102 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Seconds = elapsed.Seconds()
 	rep.PerSec = float64(done) / elapsed.Seconds()
 	rep.Errors = int(run.errors.Load())
-	rep.ScheduleToStart = percentiles(run.toStart)
-	rep.EndToEnd = percentiles(run.endToEnd)
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("bench interrupted after %d of %d activities: %w", done, o.Activities, err)
+	if run.firstErr != nil {
+		rep.FirstError = run.firstErr.Error()
 	}
-	if run.scheduleErr != nil && done < o.Activities {
-		return rep, run.scheduleErr
+	rep.Calls = int(run.calls.Load())
+	rep.MaxInFlight = int(run.maxInFlight.Load())
+	rep.ScheduleToStart = percentiles(run.toStart)
+	lat := make([]time.Duration, len(run.endToEnd))
+	for i, s := range run.endToEnd {
+		lat[i] = s.latency
+	}
+	rep.EndToEnd = percentiles(lat)
+	rep.EndToEndTrend = trend(run.endToEnd)
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("bench interrupted after %d of %d activities completed: %w", done, o.Activities, err)
+	}
+	if rep.Errors > 0 {
+		return rep, fmt.Errorf("bench: %d of %d activities did not complete; the first error: %w", rep.Errors, o.Activities, run.firstErr)
 	}
 	return rep, nil
 }
 
-type runner struct {
-	o         Options
-	total     int64
-	scheduled atomic.Int64
-	completed atomic.Int64
-	errors    atomic.Int64
-	allDone   chan struct{}
-	doneOnce  sync.Once
-
-	mu          sync.Mutex
-	toStart     []time.Duration
-	endToEnd    []time.Duration
-	scheduleErr error
+// sample is one completed activity's end-to-end latency and the intended
+// start it runs from.
+type sample struct {
+	due     time.Time
+	latency time.Duration
 }
 
-func (r *runner) payload(sent time.Time) []byte {
+type runner struct {
+	o     Options
+	total int64
+	// claimed counts activities handed to calls; outcomes counts those
+	// completed or failed, and the run ends when it reaches total.
+	claimed     atomic.Int64
+	outcomes    atomic.Int64
+	completed   atomic.Int64
+	errors      atomic.Int64
+	calls       atomic.Int64
+	inFlight    atomic.Int64
+	maxInFlight atomic.Int64
+	allDone     chan struct{}
+	doneOnce    sync.Once
+
+	mu sync.Mutex
+	// settled holds the activities already counted, completed or refused,
+	// so a later attempt of one (after a worker was lost) counts once.
+	settled  map[string]bool
+	toStart  []time.Duration
+	endToEnd []sample
+	firstErr error
+}
+
+// payload carries the call's intended start to the worker, which measures
+// end-to-end latency from it.
+func (r *runner) payload(due time.Time) []byte {
 	p := make([]byte, r.o.Payload)
-	binary.BigEndian.PutUint64(p, uint64(sent.UnixNano()))
+	binary.BigEndian.PutUint64(p, uint64(due.UnixNano()))
 	return p
 }
 
-// schedule sends every activity from Concurrency goroutines. With a Rate,
-// call k is due at start + k·Batch/Rate (an open-loop load: a slow server
-// does not slow the offered rate down, late calls go out at once).
-func (r *runner) schedule(ctx context.Context, clients []aionv1.ActivityServiceClient) {
+// openLoop sends call k at start + k·per/Rate on its own goroutine, whether
+// or not earlier calls have returned, and returns once every call has.
+func (r *runner) openLoop(ctx context.Context, clients []aionv1.ActivityServiceClient, start time.Time) {
 	per := int64(max(r.o.Batch, 1))
-	var interval time.Duration
-	if r.o.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(per) / r.o.Rate)
+	perCall := float64(time.Second) * float64(per) / r.o.Rate
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for k := 0; ctx.Err() == nil; k++ {
+		n := r.claim(per)
+		if n <= 0 {
+			return
+		}
+		due := start.Add(time.Duration(float64(k) * perCall))
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		r.issue()
+		if r.o.hooks.issued != nil {
+			r.o.hooks.issued(k)
+		}
+		client := clients[k%len(clients)]
+		wg.Go(func() { r.call(ctx, client, n, due) })
 	}
-	start := time.Now()
-	var calls atomic.Int64
+}
+
+// closedLoop runs Concurrency goroutines, each sending its next call when
+// its previous one returned; a call's intended start is when it is sent.
+func (r *runner) closedLoop(ctx context.Context, clients []aionv1.ActivityServiceClient) {
+	per := int64(max(r.o.Batch, 1))
 	var wg sync.WaitGroup
 	for g := range r.o.Concurrency {
 		client := clients[g%len(clients)]
@@ -253,76 +404,117 @@ func (r *runner) schedule(ctx context.Context, clients []aionv1.ActivityServiceC
 				if n <= 0 {
 					return
 				}
-				if interval > 0 {
-					due := start.Add(time.Duration(calls.Add(1)-1) * interval)
-					if d := time.Until(due); d > 0 {
-						select {
-						case <-time.After(d):
-						case <-ctx.Done():
-							return
-						}
-					}
-				}
-				if err := r.send(ctx, client, int(n)); err != nil {
-					r.errors.Add(n)
-					r.mu.Lock()
-					r.scheduleErr = err
-					r.mu.Unlock()
-					r.finish(n) // never completes; do not wait for it
-				}
+				r.issue()
+				r.call(ctx, client, n, time.Now())
 			}
 		})
 	}
 	wg.Wait()
 }
 
+// issue counts one call sent and in flight.
+func (r *runner) issue() {
+	r.calls.Add(1)
+	n := r.inFlight.Add(1)
+	for {
+		m := r.maxInFlight.Load()
+		if n <= m || r.maxInFlight.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
 // claim reserves up to n of the remaining activities for one call.
 func (r *runner) claim(n int64) int64 {
 	for {
-		cur := r.scheduled.Load()
+		cur := r.claimed.Load()
 		take := min(n, r.total-cur)
 		if take <= 0 {
 			return 0
 		}
-		if r.scheduled.CompareAndSwap(cur, cur+take) {
+		if r.claimed.CompareAndSwap(cur, cur+take) {
 			return take
 		}
 	}
 }
 
-func (r *runner) request(sent time.Time) *aionv1.ScheduleRequest {
+func (r *runner) request(due time.Time) *aionv1.ScheduleRequest {
 	return &aionv1.ScheduleRequest{Namespace: r.o.Namespace, TaskQueue: r.o.TaskQueue, ActivityType: "bench",
-		Payload: r.payload(sent)}
+		Payload: r.payload(due)}
 }
 
-func (r *runner) send(ctx context.Context, client aionv1.ActivityServiceClient, n int) error {
-	sent := time.Now()
+// call sends one Schedule (or ScheduleBatch of n) due at due, already
+// counted in flight, and counts what failed.
+func (r *runner) call(ctx context.Context, client aionv1.ActivityServiceClient, n int64, due time.Time) {
+	err := r.send(ctx, client, n, due)
+	r.inFlight.Add(-1)
+	if err != nil {
+		r.fail(n, err)
+	}
+	if r.o.hooks.answered != nil {
+		r.o.hooks.answered(err)
+	}
+}
+
+func (r *runner) send(ctx context.Context, client aionv1.ActivityServiceClient, n int64, due time.Time) error {
 	if r.o.Batch == 0 {
-		_, err := client.Schedule(ctx, r.request(sent))
+		_, err := client.Schedule(ctx, r.request(due))
 		return err
 	}
 	reqs := make([]*aionv1.ScheduleRequest, n)
 	for i := range reqs {
-		reqs[i] = r.request(sent)
+		reqs[i] = r.request(due)
 	}
 	resp, err := client.ScheduleBatch(ctx, &aionv1.ScheduleBatchRequest{Requests: reqs})
 	if err != nil {
 		return err
 	}
-	for _, res := range resp.GetResults() {
+	for i, res := range resp.GetResults() {
 		if e := res.GetError(); e != nil {
-			r.errors.Add(1)
-			r.finish(1)
-			r.mu.Lock()
-			r.scheduleErr = errors.New(e.GetMessage())
-			r.mu.Unlock()
+			r.fail(1, fmt.Errorf("ScheduleBatch item %d: %s", i, e.GetMessage()))
 		}
 	}
 	return nil
 }
 
-func (r *runner) finish(n int64) {
-	if r.completed.Add(n) >= r.total {
+// fail counts n activities that will not complete.
+func (r *runner) fail(n int64, err error) {
+	r.errors.Add(n)
+	r.mu.Lock()
+	if r.firstErr == nil {
+		r.firstErr = err
+	}
+	r.mu.Unlock()
+	r.outcome(n)
+}
+
+// settle counts an activity's result once: completed when the server
+// acknowledged it, an error when it refused it.
+func (r *runner) settle(id string, due time.Time, refused string) {
+	r.mu.Lock()
+	if r.settled[id] {
+		r.mu.Unlock()
+		return
+	}
+	r.settled[id] = true
+	if refused == "" {
+		if !due.IsZero() {
+			r.endToEnd = append(r.endToEnd, sample{due: due, latency: time.Since(due)})
+		}
+		r.mu.Unlock()
+		r.completed.Add(1)
+	} else {
+		if r.firstErr == nil {
+			r.firstErr = fmt.Errorf("result of activity %q refused: %s", id, refused)
+		}
+		r.mu.Unlock()
+		r.errors.Add(1)
+	}
+	r.outcome(1)
+}
+
+func (r *runner) outcome(n int64) {
+	if r.outcomes.Add(n) >= r.total {
 		r.doneOnce.Do(func() { close(r.allDone) })
 	}
 }
@@ -353,12 +545,13 @@ func (r *runner) worker(ctx context.Context, addr string, ready chan<- error) {
 	if err != nil {
 		return
 	}
-	// sent maps an attempt to its client send time until its ack arrives.
+	// due maps an attempt to its call's intended start until its ack
+	// arrives.
 	type ref struct {
 		id      string
 		attempt uint32
 	}
-	sent := make(map[ref]time.Time)
+	due := make(map[ref]time.Time)
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -367,14 +560,18 @@ func (r *runner) worker(ctx context.Context, addr string, ready chan<- error) {
 		switch f := m.GetMessage().(type) {
 		case *aionv1.ServerMessage_ActivityTask:
 			t := f.ActivityTask
-			p := t.GetPayload()
-			if len(p) >= 8 {
-				sent[ref{t.GetActivityId(), t.GetAttempt()}] = time.Unix(0, int64(binary.BigEndian.Uint64(p)))
+			var at time.Time
+			if p := t.GetPayload(); len(p) >= 8 {
+				at = time.Unix(0, int64(binary.BigEndian.Uint64(p)))
 			}
+			due[ref{t.GetActivityId(), t.GetAttempt()}] = at
 			toStart := t.GetStartedTime().AsTime().Sub(t.GetScheduledTime().AsTime())
 			r.mu.Lock()
 			r.toStart = append(r.toStart, toStart)
 			r.mu.Unlock()
+			if r.o.hooks.hold != nil {
+				r.o.hooks.hold(ctx, t)
+			}
 			err = stream.Send(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityResult{ActivityResult: &aionv1.ActivityResult{
 				Namespace: t.GetNamespace(), ActivityId: t.GetActivityId(), Attempt: t.GetAttempt(),
 				Outcome: &aionv1.ActivityResult_Completed{Completed: &aionv1.ActivityCompleted{}},
@@ -385,19 +582,32 @@ func (r *runner) worker(ctx context.Context, addr string, ready chan<- error) {
 		case *aionv1.ServerMessage_ResultAck:
 			a := f.ResultAck
 			k := ref{a.GetActivityId(), a.GetAttempt()}
-			if a.GetRefused() != "" {
-				r.errors.Add(1)
-			} else if at, ok := sent[k]; ok {
-				r.mu.Lock()
-				r.endToEnd = append(r.endToEnd, time.Since(at))
-				r.mu.Unlock()
-			}
-			delete(sent, k)
-			r.finish(1)
+			r.settle(a.GetActivityId(), due[k], a.GetRefused())
+			delete(due, k)
 		case *aionv1.ServerMessage_DrainRequest:
 			_ = stream.CloseSend()
 		}
 	}
+}
+
+// trend is the median latency of each tenth of the samples in order of
+// intended start (fewer parts when there are fewer than ten samples).
+func trend(samples []sample) []float64 {
+	if len(samples) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(samples, func(a, b sample) int { return a.due.Compare(b.due) })
+	parts := min(10, len(samples))
+	out := make([]float64, parts)
+	for i := range parts {
+		part := samples[i*len(samples)/parts : (i+1)*len(samples)/parts]
+		ds := make([]time.Duration, len(part))
+		for j, s := range part {
+			ds[j] = s.latency
+		}
+		out[i] = percentiles(ds).P50
+	}
+	return out
 }
 
 func percentiles(ds []time.Duration) Percentiles {
@@ -422,8 +632,8 @@ func (r *runner) progress(w io.Writer, start time.Time) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	draw := func() {
-		n := r.completed.Load()
-		frac := float64(n) / float64(r.total)
+		n, bad := r.completed.Load(), r.errors.Load()
+		frac := float64(r.outcomes.Load()) / float64(r.total)
 		const width = 30
 		bar := make([]byte, width)
 		for i := range bar {
@@ -433,7 +643,7 @@ func (r *runner) progress(w io.Writer, start time.Time) (stop func()) {
 			}
 		}
 		rate := float64(n) / time.Since(start).Seconds()
-		fmt.Fprintf(f, "\r[%s] %3.0f%% %d/%d  %.0f/s ", bar, frac*100, n, r.total, rate)
+		fmt.Fprintf(f, "\r[%s] %3.0f%% %d/%d completed  %.0f/s  %d errors ", bar, frac*100, n, r.total, rate, bad)
 	}
 	go func() {
 		defer close(finished)

@@ -13,7 +13,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// A small run completes every activity, counts them, and reports latencies.
+// A small closed-loop run completes every activity, counts them and its
+// calls, and reports latencies.
 func TestRunCompletesEveryActivity(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{0, 50} {
@@ -31,6 +32,11 @@ func TestRunCompletesEveryActivity(t *testing.T) {
 		}
 		if rep.PerSec <= 0 || rep.EndToEnd.P50 <= 0 || rep.EndToEnd.P99 < rep.EndToEnd.P50 || rep.ScheduleToStart.P99 < rep.ScheduleToStart.P50 {
 			t.Fatalf("batch %d: implausible figures %+v", batch, rep)
+		}
+		// A closed loop of 4 never has more than 4 calls out.
+		if wantCalls := 500 / max(batch, 1); rep.Calls != wantCalls || rep.MaxInFlight < 1 || rep.MaxInFlight > 4 || len(rep.EndToEndTrend) != 10 {
+			t.Fatalf("batch %d: %d calls, at most %d in flight, trend %v; want %d calls, 1 to 4 in flight, 10 tenths",
+				batch, rep.Calls, rep.MaxInFlight, rep.EndToEndTrend, wantCalls)
 		}
 	}
 }

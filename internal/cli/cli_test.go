@@ -128,8 +128,9 @@ func TestServerConfigPrecedence(t *testing.T) {
 		{"env", "server", map[string]string{
 			"AION_GRPC_ADDR": "0.0.0.0:1", "AION_HTTP_ADDR": "0.0.0.0:2", "AION_DATA_DIR": "/env",
 			"AION_DRAIN_TIMEOUT": "5s", "AION_HEARTBEAT_WINDOW": "2s", "AION_AUTO_CREATE": "closed", "AION_SQLITE_SYNC": "normal",
+			"AION_INSECURE_ALLOW_NO_AUTH": "true",
 		}, nil, func(c *server.Config) {
-			c.GRPCAddr, c.HTTPAddr, c.DataDir = "0.0.0.0:1", "0.0.0.0:2", "/env"
+			c.GRPCAddr, c.HTTPAddr, c.DataDir, c.InsecureAllowNoAuth = "0.0.0.0:1", "0.0.0.0:2", "/env", true
 			c.DrainTimeout, c.HeartbeatWindow, c.AutoCreate, c.SQLiteSync = 5*time.Second, 2*time.Second, namespace.Closed, "normal"
 		}},
 		{"flags beat env", "dev", map[string]string{"AION_GRPC_ADDR": "0.0.0.0:1", "AION_DATA_DIR": "/env", "AION_AUTO_CREATE": "closed"},
@@ -176,6 +177,20 @@ func TestServerFlagsAreChecked(t *testing.T) {
 		{[]string{"--drain-timeout", "-1s"}, nil, "--drain-timeout"},
 		{[]string{"--max-namespaces", "-1"}, nil, "--max-namespaces -1"},
 		{[]string{"--max-mint-per-request", "-3"}, nil, "--max-mint-per-request -3"},
+		{[]string{"--max-pending-per-namespace", "-2"}, nil, "--max-pending-per-namespace -2"},
+		{[]string{"--max-in-flight-per-namespace", "-4"}, nil, "--max-in-flight-per-namespace -4"},
+		{[]string{"--max-receive-memory", "8"}, nil, "--max-receive-memory 8: want at least 16"},
+		{[]string{"--lease", "100ms"}, nil, "--lease 100ms: want at least 300ms"},
+		{[]string{"--store", "mysql://db/aion"}, nil, `--store "mysql://db/aion"`},
+		{[]string{"--server-name", "a b"}, nil, `--server-name: "a b"`},
+		{[]string{"--grpc-addr", ""}, nil, "--grpc-addr: must not be empty"},
+		{[]string{"--grpc-addr", "0.0.0.0:50051"}, nil, "--grpc-addr 0.0.0.0:50051 is not a loopback address"},
+		{[]string{"--tls-cert", "cert.pem"}, nil, `--tls-cert "cert.pem" / --tls-key "": set both`},
+		{[]string{"--auth", "jwt"}, nil, "--auth jwt: needs --jwt-secret-file (HS256) or --jwks-file (RS256)"},
+		{[]string{"--auth", "token"}, nil, "--auth token: no API keys configured"},
+		{[]string{"--auth", "kerberos"}, nil, `--auth "kerberos": want none, token or jwt`},
+		{[]string{"--auto-create", "maybe"}, nil, `--auto-create "maybe": want "open" or "closed"`},
+		{[]string{"--sqlite-sync", "off"}, nil, `--sqlite-sync "off": want full or normal`},
 		{nil, map[string]string{"AION_DRAIN_TIMEOUT": "forever"}, "AION_DRAIN_TIMEOUT"},
 		{[]string{"extra-arg"}, nil, "unknown command"},
 	} {
@@ -184,6 +199,15 @@ func TestServerFlagsAreChecked(t *testing.T) {
 		if code != exitError || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v %v: code %d stderr %q, want mention of %s", tc.args, tc.env, code, stderr, tc.want)
 		}
+	}
+}
+
+func TestDevRefusesAuthentication(t *testing.T) {
+	t.Parallel()
+	inv := &invocation{}
+	code, _, stderr := inv.run(t, "dev", "--auth", "jwt", "--jwt-secret-file", "secret")
+	if code != exitError || !strings.Contains(stderr, `--auth "jwt": aion dev always runs with authorization off`) {
+		t.Fatalf("aion dev --auth jwt: code %d stderr %q, want a refusal naming --auth", code, stderr)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,27 +67,9 @@ func (r *cliRig) ok(t *testing.T, args ...string) string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // background is a long-running command line (a worker, a server).
 type background struct {
-	log  *syncBuffer
+	log  *servertest.LogBuffer
 	stop context.CancelFunc // as SIGTERM would
 	done chan int           // its exit code
 }
@@ -102,7 +83,7 @@ func (r *cliRig) start(t *testing.T, args ...string) *background {
 func startCommand(t *testing.T, lookup func(string) (string, bool), args ...string) *background {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
-	b := &background{log: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	b := &background{log: &servertest.LogBuffer{}, stop: stop, done: make(chan int, 1)}
 	go func() {
 		b.done <- newApp(strings.NewReader(""), &bytes.Buffer{}, b.log, lookup).execute(ctx, args)
 	}()
@@ -457,7 +438,7 @@ func TestDemoWorkerRegistersWithItsFlags(t *testing.T) {
 	got := r.srv.WaitForWorker(t, nil)
 	types := slices.Sorted(slices.Values(got.ActivityTypes))
 	if strings.Join(got.Namespaces, ",") != "a,b" || got.TaskQueue != "q" || got.Node != "n1" || got.Slots != 3 ||
-		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject-message,cancel,pause-resume,update-budget" {
+		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject_message,cancel,pause_resume,update_budget" {
 		t.Fatalf("the server registered %+v", got)
 	}
 	// A pinned activity reaches it through its node.
@@ -479,7 +460,7 @@ func TestDemoWorkerExitsOnAServerDrainWhenAsked(t *testing.T) {
 	r := newCLIRig(t)
 	w := r.start(t, "worker", "demo", "--namespace", "d", "--exit-on-drain")
 	r.srv.WaitForWorker(t, nil)
-	shutdown := r.srv.ShutdownAsync()
+	shutdown := r.srv.StopAsync()
 	if code := w.exit(t); code != exitOK {
 		t.Fatalf("worker exit %d\n%s", code, w.log.String())
 	}
@@ -514,7 +495,13 @@ func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
 		return b, &cliRig{env: map[string]string{"AION_ADDRESS": addr}}
 	}
 
+	// Without --sqlite-sync both commit with synchronous=full, as the store
+	// reads it back from the connection commits run on.
+	syncFull := regexp.MustCompile(`msg="store opened" store="sqlite [^"]+ synchronous=full"`)
 	dev, r := serve("dev", "--auto-create", "closed")
+	if !syncFull.MatchString(dev.log.String()) {
+		t.Fatalf("aion dev does not say it commits with synchronous=full:\n%s", dev.log.String())
+	}
 	if code, _, errOut := r.run(t, "", "activity", "schedule", "-n", "ghost", "-t", "echo"); code != exitError ||
 		!strings.Contains(errOut, "(NotFound)") || !strings.Contains(errOut, "auto-create is closed") {
 		t.Fatalf("schedule under --auto-create closed: exit %d, %q", code, errOut)
@@ -532,6 +519,9 @@ func TestDevServerServesUntilInterruptedAndKeepsItsState(t *testing.T) {
 	// `aion server` on the same data directory has the namespace and the
 	// activity.
 	srv, r := serve("server")
+	if !syncFull.MatchString(srv.log.String()) {
+		t.Fatalf("aion server does not say it commits with synchronous=full:\n%s", srv.log.String())
+	}
 	if a := decode[activityJSON](t, r.ok(t, "activity", "get", "kept", "-n", "ghost", "-o", "json")); a.State != "scheduled" {
 		t.Fatalf("activity after the restart: %+v", a)
 	}

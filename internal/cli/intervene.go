@@ -153,14 +153,6 @@ type interventionJSON struct {
 	*client.InterventionResult
 }
 
-// capabilityOf names the worker capability a command needs.
-func capabilityOf(kind string) string {
-	if kind == "pause" || kind == "resume" {
-		return "pause_resume"
-	}
-	return kind
-}
-
 func (a *app) interveneCommand() *cobra.Command {
 	var f interveneFlags
 	cmd := &cobra.Command{
@@ -238,7 +230,7 @@ It prints the outcome and exits with it:
 							kind, target, id, f.ns)
 					case client.InterventionCapabilityNotSupported:
 						fmt.Fprintf(w, "capability_not_supported: %s not sent: the worker running attempt %d of activity %s in namespace %s did not advertise %s\n",
-							kind, res.Attempt, id, f.ns, capabilityOf(kind))
+							kind, res.Attempt, id, f.ns, command.Capability())
 					}
 				})
 				if err != nil {
@@ -248,7 +240,7 @@ It prints the outcome and exits with it:
 				case client.InterventionStaleTarget:
 					return &codeError{code: exitStaleTarget, err: fmt.Errorf("%s not delivered: stale target", kind)}
 				case client.InterventionCapabilityNotSupported:
-					return &codeError{code: exitCapabilityNotSupported, err: fmt.Errorf("%s not delivered: capability %s not supported", kind, capabilityOf(kind))}
+					return &codeError{code: exitCapabilityNotSupported, err: fmt.Errorf("%s not delivered: capability %s not supported", kind, command.Capability())}
 				}
 				return nil
 			})

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -64,29 +63,7 @@ func (l *limitFlags) register(fl *pflag.FlagSet, d server.Config) {
 	bindEnv(fl, "grpc-max-streams", "AION_GRPC_MAX_STREAMS")
 }
 
-// apply checks the values and sets them on cfg.
-func (l *limitFlags) apply(cfg *server.Config) error {
-	switch {
-	case l.maxPendingBytes < 0:
-		return fmt.Errorf("--max-pending-bytes-per-namespace %d: must not be negative", l.maxPendingBytes)
-	case l.maxListBytes < 0:
-		return fmt.Errorf("--max-list-bytes %d: must not be negative", l.maxListBytes)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"--grpc-handshake-timeout", l.conn.GRPCHandshakeTimeout},
-		{"--grpc-idle-timeout", l.conn.GRPCIdleTimeout},
-		{"--http-read-header-timeout", l.conn.HTTPReadHeaderTimeout},
-		{"--http-read-timeout", l.conn.HTTPReadTimeout},
-		{"--http-write-timeout", l.conn.HTTPWriteTimeout},
-		{"--http-idle-timeout", l.conn.HTTPIdleTimeout},
-	} {
-		if d.v < 0 {
-			return fmt.Errorf("%s %v: must not be negative", d.name, d.v)
-		}
-	}
+// apply sets the values on cfg; cfg.Validate checks them.
+func (l *limitFlags) apply(cfg *server.Config) {
 	cfg.MaxPendingBytesPerNamespace, cfg.MaxListBytes, cfg.Conn = l.maxPendingBytes, l.maxListBytes, l.conn
-	return nil
 }

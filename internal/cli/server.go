@@ -23,41 +23,44 @@ var defaultServerRunner serverRunner = server.Run
 
 // serverFlags are the flags of `aion server` and `aion dev`.
 type serverFlags struct {
-	grpcAddr        string
-	httpAddr        string
-	dataDir         string
-	drainTimeout    time.Duration
-	heartbeatWindow time.Duration
-	autoCreate      string
-	sqliteSync      string
-	acceptDataLoss  bool
-	pprof           bool
-	auth            string
-	jwtSecretFile   string
-	jwksFile        string
-	jwtIssuer       string
-	jwtAudience     string
-	expiryGrace     time.Duration
-	tlsCert         string
-	tlsKey          string
-	insecureNoAuth  bool
-	maxPending      int
-	maxInFlight     int
-	maxNamespaces   int
-	maxMint         int
-	store           string
-	serverName      string
-	lease           time.Duration
-	maxReceiveMiB   int64
-	tokens          []auth.APIKey
-	limits          limitFlags
+	grpcAddr          string
+	httpAddr          string
+	dataDir           string
+	drainTimeout      time.Duration
+	heartbeatWindow   time.Duration
+	autoCreate        string
+	sqliteSync        string
+	acceptDataLoss    bool
+	pprof             bool
+	maxReceiveRateMiB int64
+	auth              string
+	jwtSecretFile     string
+	jwksFile          string
+	jwtIssuer         string
+	jwtAudience       string
+	expiryGrace       time.Duration
+	tlsCert           string
+	tlsKey            string
+	insecureNoAuth    bool
+	maxPending        int
+	maxInFlight       int
+	maxNamespaces     int
+	maxMint           int
+	store             string
+	serverName        string
+	lease             time.Duration
+	maxReceiveMiB     int64
+	tokens            []auth.APIKey
+	limits            limitFlags
 }
 
-// config checks the flags and builds the server configuration.
+// config builds the server configuration from the flags and checks it with
+// server.Config.Validate, whose errors name the flag and the value.
 func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = f.grpcAddr, f.httpAddr, f.dataDir
 	cfg.DrainTimeout, cfg.HeartbeatWindow, cfg.Dev, cfg.Pprof = f.drainTimeout, f.heartbeatWindow, dev, f.pprof
+	cfg.AutoCreate, cfg.SQLiteSync, cfg.AcceptDataLoss = namespace.AutoCreate(f.autoCreate), f.sqliteSync, f.acceptDataLoss
 	cfg.Auth = server.AuthConfig{Mode: f.auth, Keys: f.tokens, JWTSecretFile: f.jwtSecretFile, JWKSFile: f.jwksFile,
 		JWTIssuer: f.jwtIssuer, JWTAudience: f.jwtAudience, ExpiryGrace: f.expiryGrace}
 	cfg.TLSCert, cfg.TLSKey, cfg.InsecureAllowNoAuth = f.tlsCert, f.tlsKey, f.insecureNoAuth
@@ -65,51 +68,9 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.MaxNamespaces, cfg.MaxMintPerRequest = f.maxNamespaces, f.maxMint
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
-	if err := f.limits.apply(&cfg); err != nil {
-		return cfg, err
-	}
-	cfg.AcceptDataLoss = f.acceptDataLoss
-	if f.maxNamespaces < 0 {
-		return cfg, fmt.Errorf("--max-namespaces %d: must not be negative (0: no cap)", f.maxNamespaces)
-	}
-	if f.maxMint < 0 {
-		return cfg, fmt.Errorf("--max-mint-per-request %d: must not be negative (0: no cap)", f.maxMint)
-	}
-	if f.maxPending < 0 || f.maxInFlight < 0 {
-		return cfg, fmt.Errorf("--max-pending-per-namespace %d / --max-in-flight-per-namespace %d: must not be negative", f.maxPending, f.maxInFlight)
-	}
-	switch f.auth {
-	case "none", "token", "jwt":
-	default:
-		return cfg, fmt.Errorf("--auth %q: want none, token or jwt", f.auth)
-	}
-	if dev && f.auth != "none" {
-		return cfg, fmt.Errorf("--auth %q: aion dev always runs with authorization off; use aion server", f.auth)
-	}
-	ac, err := namespace.ParseAutoCreate(f.autoCreate)
-	if err != nil {
-		return cfg, fmt.Errorf("--auto-create: %w", err)
-	}
-	cfg.AutoCreate = ac
-	switch f.sqliteSync {
-	case "full", "normal":
-		cfg.SQLiteSync = f.sqliteSync
-	default:
-		return cfg, fmt.Errorf("--sqlite-sync %q: want full or normal", f.sqliteSync)
-	}
-	switch {
-	case cfg.GRPCAddr == "":
-		return cfg, fmt.Errorf("--grpc-addr: must not be empty")
-	case cfg.DataDir == "":
-		return cfg, fmt.Errorf("--data-dir: must not be empty")
-	case cfg.DrainTimeout < 0:
-		return cfg, fmt.Errorf("--drain-timeout %v: must not be negative", cfg.DrainTimeout)
-	case cfg.HeartbeatWindow <= 0:
-		return cfg, fmt.Errorf("--heartbeat-window %v: must be more than zero", cfg.HeartbeatWindow)
-	case f.maxReceiveMiB < 16:
-		return cfg, fmt.Errorf("--max-receive-memory %d: want at least 16 (MiB: two requests of the largest size)", f.maxReceiveMiB)
-	}
-	return cfg, nil
+	cfg.MaxReceiveRate = f.maxReceiveRateMiB << 20
+	f.limits.apply(&cfg)
+	return cfg, cfg.Validate()
 }
 
 func (a *app) serverCommand(dev bool) *cobra.Command {
@@ -209,9 +170,12 @@ refused as by 'aion server' (see --accept-data-loss).`
 	bindEnv(fl, "store", "AION_STORE")
 	fl.StringVar(&f.serverName, "server-name", "", "this server's name in a cluster, unique among the live servers (default: host name and gRPC port)")
 	bindEnv(fl, "server-name", "AION_SERVER_NAME")
-	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests still arriving may hold: each call reserves 8 MiB "+
-		"(the largest message) until its request is in, one caller at most half; calls past it are refused (ResourceExhausted)")
+	fl.Int64Var(&f.maxReceiveMiB, "max-receive-memory", defaults.MaxReceiveMemory>>20, "MiB that gRPC requests being read may hold: reading a request holds 8 MiB "+
+		"(the largest message) until it is in, one caller at most half; a read past it waits for room until the call's deadline")
 	bindEnv(fl, "max-receive-memory", "AION_MAX_RECEIVE_MEMORY")
+	fl.Int64Var(&f.maxReceiveRateMiB, "max-receive-rate", defaults.MaxReceiveRate>>20, "MiB a second of requests one authenticated caller may send (worker streams aside; not applied with --auth none), with a burst of one second's worth; "+
+		"a call from a caller past it is refused from its headers (ResourceExhausted, with when to retry) (0: no limit)")
+	bindEnv(fl, "max-receive-rate", "AION_MAX_RECEIVE_RATE")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
 	f.limits.register(fl, defaults)

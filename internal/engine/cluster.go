@@ -46,7 +46,7 @@ const maxClaim = 512
 // delays one round rather than stopping the loop.
 const callTimeout = 10 * time.Second
 
-// call runs f with a context bounded by callTimeout that ends at Close.
+// call runs f with a context bounded by callTimeout that ends at Stop.
 func (e *Engine) call(f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(e.bgCtx, callTimeout)
 	defer cancel()
@@ -168,7 +168,7 @@ func (e *Engine) announce(t registry.Triple) {
 	e.bg.Add(1)
 	go func() {
 		defer e.bg.Done()
-		err := e.cl.Store.Announce(e.bgCtx, store.Notice{Kind: store.NoticeWork,
+		err := e.cl.Store.PublishNotice(e.bgCtx, store.Notice{Kind: store.NoticeWork,
 			Triples: [][3]string{{t.Pool.Namespace, t.Pool.TaskQueue, t.ActivityType}}})
 		if err != nil && e.bgCtx.Err() == nil {
 			e.log.Warn("announce ready work", "triple", t.String(), "err", err)
@@ -259,7 +259,7 @@ func (e *Engine) claimRound() bool {
 	claimsOut := make([]store.Claim, len(groups))
 	for i, g := range groups {
 		c := store.Claim{Namespace: g.t.Pool.Namespace, TaskQueue: g.t.Pool.TaskQueue, ActivityType: g.t.ActivityType,
-			Node: g.node, Limit: len(g.workers), Workers: make([]uint64, len(g.workers))}
+			Node: g.node, Workers: make([]uint64, len(g.workers))}
 		for j, w := range g.workers {
 			c.Workers[j] = uint64(w.ID())
 		}
@@ -275,7 +275,7 @@ func (e *Engine) claimRound() bool {
 
 	var got [][]store.Activity
 	err := e.call(func(ctx context.Context) (err error) {
-		got, err = e.cl.Store.ClaimActivities(ctx, e.cl.Self, now, claimsOut)
+		got, err = e.cl.Store.ClaimActivities(ctx, store.ClaimRequest{Owner: e.cl.Self, Now: now, Claims: claimsOut})
 		return err
 	})
 
@@ -330,7 +330,7 @@ func (e *Engine) claimRound() bool {
 		go func() {
 			defer e.bg.Done()
 			for _, rec := range giveBack {
-				if err := e.cl.Store.Unclaim(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
+				if err := e.cl.Store.UnclaimActivity(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
 					e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
 				}
 			}
@@ -434,7 +434,7 @@ func (e *Engine) runChores() {
 		}
 		var b []store.WaitingBacklog
 		if err := e.call(func(ctx context.Context) (err error) {
-			b, err = e.cl.Store.Waiting(ctx, e.now())
+			b, err = e.cl.Store.ListWaitingBacklog(ctx, e.now())
 			return err
 		}); err == nil {
 			e.mu.Lock()
@@ -447,7 +447,7 @@ func (e *Engine) runChores() {
 		if e.maxPending > 0 || e.maxPendingBytes > 0 {
 			var open map[string]store.OpenCount
 			if err := e.call(func(ctx context.Context) (err error) {
-				open, err = e.cl.Store.OpenCounts(ctx)
+				open, err = e.cl.Store.CountOpenActivities(ctx)
 				return err
 			}); err == nil {
 				e.mu.Lock()
@@ -473,7 +473,7 @@ func (e *Engine) handBackOrphans() {
 	}
 	e.mu.Unlock()
 	for _, k := range keys {
-		if err := e.call(func(ctx context.Context) error { return e.cl.Store.Unclaim(ctx, e.cl.Self, k.ns, k.id) }); err != nil {
+		if err := e.call(func(ctx context.Context) error { return e.cl.Store.UnclaimActivity(ctx, e.cl.Self, k.ns, k.id) }); err != nil {
 			return // still unreachable; next poll
 		}
 		e.mu.Lock()
@@ -489,7 +489,7 @@ func (e *Engine) handBackOrphans() {
 func (e *Engine) handBackUnknown() {
 	var owned []store.ActivityRef
 	if err := e.call(func(ctx context.Context) (err error) {
-		owned, err = e.cl.Store.Owned(ctx, e.cl.Self)
+		owned, err = e.cl.Store.ListOwnedActivities(ctx, e.cl.Self)
 		return err
 	}); err != nil {
 		e.choreFailed("list owned activities", err)
@@ -513,7 +513,7 @@ func (e *Engine) handBackUnknown() {
 	e.claims.unknown = suspects
 	e.mu.Unlock()
 	for _, k := range handBack {
-		_ = e.call(func(ctx context.Context) error { return e.cl.Store.Unclaim(ctx, e.cl.Self, k.ns, k.id) })
+		_ = e.call(func(ctx context.Context) error { return e.cl.Store.UnclaimActivity(ctx, e.cl.Self, k.ns, k.id) })
 	}
 }
 
@@ -523,7 +523,7 @@ func (e *Engine) expireWaiting() {
 	now := e.now()
 	for {
 		ctx, cancel := context.WithTimeout(e.bgCtx, callTimeout)
-		closed, err := e.cl.Store.ExpireWaiting(ctx, now, 500, func(a store.Activity) *store.Failure {
+		closed, err := e.cl.Store.ExpireWaitingActivities(ctx, store.ExpireRequest{Now: now, Limit: 500, Failure: func(a store.Activity) *store.Failure {
 			if t := a.Timeouts.ScheduleToClose; t > 0 && !now.Before(a.ScheduledAt.Add(t)) {
 				return &store.Failure{Type: FailureScheduleToClose,
 					Message: "activity exceeded its schedule-to-close timeout of " + t.String()}
@@ -533,7 +533,7 @@ func (e *Engine) expireWaiting() {
 					Message: "no worker started the activity within its schedule-to-start timeout of " + t.String()}
 			}
 			return nil
-		})
+		}})
 		cancel()
 		if err != nil {
 			e.choreFailed("expire waiting activities", err)
@@ -554,12 +554,9 @@ func (e *Engine) expireWaiting() {
 // applyCancelRequests cancels the owned activities another server recorded
 // a cancel request for (a backstop for a lost message).
 func (e *Engine) applyCancelRequests() {
-	var (
-		acts    []store.Activity
-		reasons []string
-	)
+	var reqs []store.PendingCancel
 	err := e.call(func(ctx context.Context) (err error) {
-		acts, reasons, err = e.cl.Store.CancelRequests(ctx, e.cl.Self)
+		reqs, err = e.cl.Store.ListCancelRequests(ctx, e.cl.Self)
 		return err
 	})
 	if err != nil {
@@ -567,8 +564,8 @@ func (e *Engine) applyCancelRequests() {
 		return
 	}
 	e.choreOK("read cancel requests")
-	for i, a := range acts {
-		e.CancelOwned(a.Namespace, a.ID, reasons[i])
+	for _, r := range reqs {
+		e.CancelOwned(r.Activity.Namespace, r.Activity.ID, r.Reason)
 	}
 }
 
@@ -589,7 +586,8 @@ func (e *Engine) CancelOwned(ns, id, reason string) {
 // directly in the store, a running one through its owner. It returns once
 // the activity is closed, or ctx ends.
 func (e *Engine) cancelInStore(ctx context.Context, ns, id, reason string) error {
-	outcome, owner, err := e.cl.Store.RequestCancel(ctx, ns, id, reason, e.now())
+	res, err := e.cl.Store.RequestCancel(ctx, store.CancelRequest{Namespace: ns, ID: id, Reason: reason, Now: e.now()})
+	outcome, owner := res.Outcome, res.Owner
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("activity %q in namespace %q: %w", id, ns, ErrNotFound)
 	}

@@ -160,7 +160,7 @@ type Conn interface {
 type key struct{ ns, id string }
 
 // Engine is the activity lifecycle. Create it with New, start it with
-// Recover, stop it with Close.
+// Start, stop it with Stop.
 type Engine struct {
 	st         store.Store
 	reg        *registry.Registry
@@ -206,7 +206,7 @@ type Engine struct {
 	// cl and claims are set in cluster mode only.
 	cl     *ClusterConfig
 	claims *claims
-	// bgCtx bounds the store calls of background work; it ends at Close.
+	// bgCtx bounds the store calls of background work; it ends at Stop.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
@@ -218,7 +218,7 @@ type attemptRef struct {
 	attempt int
 }
 
-// New returns an engine over cfg. Nothing runs until Recover.
+// New returns an engine over cfg. Nothing runs until Start; Stop ends it.
 func New(cfg Config) *Engine {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 2 << 20
@@ -279,13 +279,15 @@ func New(cfg Config) *Engine {
 	}
 }
 
-// Close stops the timers and the committer after every queued write is
-// durable. Open activities stay in the store for the next start.
-func (e *Engine) Close() {
+// Stop ends the engine's goroutines and the committer after every queued
+// write is durable; open activities stay in the store for the next start.
+// It returns once all of them have ended: the wait is bounded by the
+// store's own timeouts, not by ctx. Stop before Start, or twice, is fine.
+func (e *Engine) Stop(context.Context) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return
+		return nil
 	}
 	e.closed = true
 	for _, a := range e.open {
@@ -297,6 +299,7 @@ func (e *Engine) Close() {
 	e.done.Wait()
 	e.commit.Close()
 	e.bg.Wait()
+	return nil
 }
 
 // InFlight reports how many attempts are running on workers.

@@ -42,11 +42,11 @@ func alone(t *testing.T) (*Engine, *registry.Registry) {
 	}
 	reg := registry.New(registry.Options{})
 	e := New(Config{Store: st, Registry: reg, Minter: namespace.NewMinter(st, namespace.Open, nil), Defaults: DefaultDefaults()})
-	if _, err := e.Recover(ctx); err != nil {
+	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		e.Close()
+		_ = e.Stop(context.Background())
 		st.Close()
 	})
 	return e, reg

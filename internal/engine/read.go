@@ -54,7 +54,7 @@ func (e *Engine) view(ctx context.Context, ns, id string) (View, error) {
 	}
 	if live.ID == "" && rec.State == store.StateRunning && e.cl != nil {
 		// Another server runs it; the store knows which worker.
-		if at, err := e.cl.Store.RunningAttempt(ctx, ns, id); err == nil && at != nil &&
+		if at, err := e.cl.Store.GetRunningAttempt(ctx, ns, id); err == nil && at != nil &&
 			(len(attempts) == 0 || attempts[len(attempts)-1].Number < at.Number) {
 			attempts = append(attempts, *at)
 		}

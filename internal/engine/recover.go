@@ -7,10 +7,25 @@ import (
 	"github.com/aion-run/aion/internal/store"
 )
 
-// Recover loads every open activity from the store and starts the engine.
-// Work that was waiting or running when the server stopped is queued again
-// (or waits out its retry backoff).
-func (e *Engine) Recover(ctx context.Context) (int, error) {
+// Start loads every open activity from the store and starts the engine's
+// goroutines, which run until Stop. Work that was waiting or running when
+// the server stopped is queued again (or waits out its retry backoff); how
+// much is logged. In cluster mode open work stays in the store, where claims
+// find it.
+func (e *Engine) Start(ctx context.Context) error {
+	n, err := e.recover(ctx)
+	if err != nil {
+		return err
+	}
+	if e.cl == nil {
+		e.log.Info("open activities recovered", "open_activities", n)
+	}
+	return nil
+}
+
+// recover loads the open work and starts the goroutines; it returns how many
+// activities it loaded.
+func (e *Engine) recover(ctx context.Context) (int, error) {
 	namespaces, err := e.st.ListNamespaces(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)

@@ -450,23 +450,6 @@ func TestUnplacedAndPreferNeverRefuse(t *testing.T) {
 	}
 }
 
-func TestWithoutAdmissionPlacementIsNotChecked(t *testing.T) {
-	t.Parallel()
-	s := openStore(t)
-	ctx := context.Background()
-	if _, _, err := s.RegisterNamespace(ctx, "plain", store.OriginExplicit); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SetPlacement(ctx, "plain", store.Placement{Mode: store.Pinned, Nodes: []string{"n1"}}); err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t) // no admission: the pinned record above is never consulted
-	b.accept(t, caller("plain"), spec([]string{"plain"}, "", "", "charge"))
-	if got := candidates(b, "plain", "", "charge", ""); len(got) != 1 {
-		t.Fatalf("without admission: %d candidates, want 1", len(got))
-	}
-}
-
 func TestConcurrentFirstRegistrationsMintOneRecord(t *testing.T) {
 	t.Parallel()
 	b := setupMinting(t, namespace.Open)
@@ -523,20 +506,76 @@ func TestClosedAdmitsKnownNamespace(t *testing.T) {
 	}
 }
 
-func TestWithoutAdmissionRegistrationTouchesNoStore(t *testing.T) {
+// Without admission Accept only authorizes. Each registration is first
+// shown to be one the namespace plane refuses, by a registry admitting
+// through a real store: the registry without admission accepts what
+// admission would refuse (it neither gates nor checks placement), and still
+// refuses what authorization refuses, inserting nothing.
+func TestWithoutAdmissionAcceptOnlyAuthorizes(t *testing.T) {
 	t.Parallel()
-	s := openStore(t)
-	b := setup(t)
-	b.accept(t, caller("orders"), spec([]string{"orders"}, "", "", "charge"))
-	if got := candidates(b, "orders", "", "charge", ""); len(got) != 1 {
-		t.Fatalf("%d candidates, want 1", len(got))
+	pin := func(t *testing.T, s *sqlite.Store) {
+		ctx := context.Background()
+		if _, _, err := s.RegisterNamespace(ctx, "plain", store.OriginExplicit); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetPlacement(ctx, "plain", store.Placement{Mode: store.Pinned, Nodes: []string{"n1"}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	all, err := s.ListNamespaces(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name     string
+		prepare  func(t *testing.T, s *sqlite.Store)
+		caller   namespace.Identity
+		spec     registry.Spec
+		admitted error // what a registry admitting through the store answers
+		without  error // what the registry without admission answers
+	}{
+		{"unknown namespace under closed auto-create is not gated", nil,
+			caller("orders"), spec([]string{"orders"}, "", "", "charge"), namespace.ErrUnknown, nil},
+		{"node outside a pinned placement is not checked", pin,
+			caller("plain"), spec([]string{"plain"}, "", "n2", "charge"), namespace.ErrPlacement, nil},
+		{"node-less worker in a pinned namespace is not checked", pin,
+			caller("plain"), spec([]string{"plain"}, "", "", "charge"), namespace.ErrPlacement, nil},
+		{"namespace the caller may not use is still refused", nil,
+			caller("mine"), spec([]string{"mine", "theirs"}, "", "", "charge"), namespace.ErrPermissionDenied, namespace.ErrPermissionDenied},
 	}
-	if len(all) != 0 {
-		t.Fatalf("registration without admission wrote %d records", len(all))
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := openStore(t)
+			if tc.prepare != nil {
+				tc.prepare(t, s)
+			}
+			admitting := registry.New(registry.Options{Admission: namespace.NewMinter(s, namespace.Closed, nil)})
+			if g, err := admitting.Accept(ctx, tc.caller, tc.spec); !errors.Is(err, tc.admitted) {
+				if g != nil {
+					g.Close()
+				}
+				t.Fatalf("with admission: %v, want %v (the case must be one admission refuses)", err, tc.admitted)
+			}
+
+			b := setup(t)
+			g, err := b.reg.Accept(ctx, tc.caller, tc.spec)
+			if tc.without != nil {
+				if !errors.Is(err, tc.without) {
+					t.Fatalf("without admission: %v, want %v", err, tc.without)
+				}
+				if c := b.reg.Census(); c != (registry.Census{}) {
+					t.Fatalf("refused registration left %+v", c)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("without admission: %v, want the registration accepted", err)
+			}
+			t.Cleanup(func() { g.Close() })
+			for _, ns := range tc.spec.Namespaces {
+				if got := candidates(b, ns, "", "charge", ""); len(got) != 1 || got[0].ID != g.ID() {
+					t.Fatalf("candidates in %s: %v, want the accepted worker %d", ns, ids(got), g.ID())
+				}
+			}
+		})
 	}
 }
 

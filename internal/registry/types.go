@@ -2,8 +2,9 @@ package registry
 
 import (
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/aion-run/aion/internal/intervention"
 )
 
 // DefaultTaskQueue is the pool an empty task queue means, for workers and
@@ -71,52 +72,22 @@ const (
 	ReasonServerLost Reason = "server_lost"
 )
 
-// Capability is one intervention primitive a worker can carry out mid-run.
-type Capability uint8
+// Capability is one intervention primitive a worker can carry out mid-run;
+// the primitives and their names are internal/intervention's table.
+type Capability = intervention.Primitive
 
 // The intervention primitives.
 const (
-	CapInjectMessage Capability = 1 << iota
-	CapCancel
-	CapPauseResume
-	CapUpdateBudget
-	CapRespondToApproval
+	CapInjectMessage     = intervention.InjectMessage
+	CapCancel            = intervention.Cancel
+	CapPauseResume       = intervention.PauseResume
+	CapUpdateBudget      = intervention.UpdateBudget
+	CapRespondToApproval = intervention.RespondToApproval
 )
-
-var capabilityNames = []struct {
-	c    Capability
-	name string
-}{
-	{CapInjectMessage, "inject-message"},
-	{CapCancel, "cancel"},
-	{CapPauseResume, "pause-resume"},
-	{CapUpdateBudget, "update-budget"},
-	{CapRespondToApproval, "respond-to-approval"},
-}
 
 // Capabilities is the set of intervention primitives a worker advertised. The
 // zero value advertises none: such a worker is never sent an intervention.
-type Capabilities uint8
-
-// Has reports whether c is in the set.
-func (cs Capabilities) Has(c Capability) bool { return cs&Capabilities(c) != 0 }
-
-// With returns the set with c added.
-func (cs Capabilities) With(c Capability) Capabilities { return cs | Capabilities(c) }
-
-// String lists the primitives, comma-separated, or "none".
-func (cs Capabilities) String() string {
-	var names []string
-	for _, n := range capabilityNames {
-		if cs.Has(n.c) {
-			names = append(names, n.name)
-		}
-	}
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ",")
-}
+type Capabilities = intervention.Set
 
 // Transport names how the server reaches a worker.
 type Transport string

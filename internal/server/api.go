@@ -193,8 +193,8 @@ func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacem
 	}
 	n.s.eng.NoteNamespace(ns)
 	n.s.bus.Publish(namespaceEvent(events.PlacementChanged, ns))
-	if n.s.member != nil {
-		n.s.member.announceNamespace(ns.Name)
+	if n.s.cluster != nil {
+		n.s.cluster.AnnounceNamespace(ns.Name)
 	}
 	n.s.log.Info("placement changed", "namespace", ns.Name, "placement", ns.Placement.String())
 	return &aionv1.SetPlacementResponse{Namespace: namespaceToProto(ns)}, nil

@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,8 +21,12 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/server"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // withReaderKeys adds, to the tenant keys, a reader of tenant-a and a
@@ -407,5 +413,127 @@ func TestOversizedBearerTokenIsRefusedForItsSize(t *testing.T) {
 	}
 	if code, body := httpCall(t, "GET", "http://"+b.srv.HTTPAddr()+"/api/v1/namespaces", token, ""); code != 401 || !strings.Contains(body, want) {
 		t.Errorf("over the JSON API: %d %s, want 401: %s", code, body, want)
+	}
+}
+
+// rpcsOf returns every method of every service in the generated files of
+// package pkg, as gRPC full method names with their descriptors.
+func rpcsOf(pkg protoreflect.FullName) map[string]protoreflect.MethodDescriptor {
+	out := map[string]protoreflect.MethodDescriptor{}
+	protoregistry.GlobalFiles.RangeFilesByPackage(pkg, func(fd protoreflect.FileDescriptor) bool {
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				md := sd.Methods().Get(j)
+				out[fmt.Sprintf("/%s/%s", sd.FullName(), md.Name())] = md
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// callRPC calls the method md over cc with a request naming namespace ns
+// wherever the request has a namespace, and returns the call's error: for a
+// stream, the error of its first answer.
+func callRPC(cc *grpc.ClientConn, full string, md protoreflect.MethodDescriptor, ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	newMessage := func(d protoreflect.MessageDescriptor) (proto.Message, error) {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+		if err != nil {
+			return nil, err
+		}
+		return mt.New().Interface(), nil
+	}
+	in, err := newMessage(md.Input())
+	if err != nil {
+		return err
+	}
+	out, err := newMessage(md.Output())
+	if err != nil {
+		return err
+	}
+	if f := md.Input().Fields().ByName("namespace"); f != nil && f.Kind() == protoreflect.StringKind && !f.IsList() {
+		in.ProtoReflect().Set(f, protoreflect.ValueOfString(ns))
+	}
+	if !md.IsStreamingClient() && !md.IsStreamingServer() {
+		return cc.Invoke(ctx, full, in, out)
+	}
+	s, err := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: string(md.Name()),
+		ServerStreams: md.IsStreamingServer(), ClientStreams: md.IsStreamingClient()}, full)
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(in); err != nil && !errors.Is(err, io.EOF) {
+		return err // io.EOF: the server already ended the stream; RecvMsg says how
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	return s.RecvMsg(out)
+}
+
+// TestEveryRPCHasARole calls every RPC of every aion.v1 service, read from
+// the generated descriptors, and the health service, over the wire with
+// each kind of key and with none. The server must refuse exactly the calls
+// the policy refuses, with its reason, and let every other one through to
+// its handler: an RPC that skipped the interceptors, or a new one served
+// without a decision, fails here.
+func TestEveryRPCHasARole(t *testing.T) {
+	t.Parallel()
+	callers := []struct {
+		secret string
+		id     auth.Identity
+	}{
+		{"worker-secret", auth.Identity{Name: "worker", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleWorker}}},
+		{"client-secret", auth.Identity{Name: "client", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleClient}}},
+		{"reader-secret", auth.Identity{Name: "reader", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleReader}}},
+		{"reader-all-secret", auth.Identity{Name: "reader-all", AllNamespaces: true, Roles: []auth.Role{auth.RoleReader}}},
+		{"admin-secret", auth.Identity{Name: "admin", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleAdmin}}},
+		{"worker-client-secret", auth.Identity{Name: "worker-client", Namespaces: []string{"a"}, Roles: []auth.Role{auth.RoleWorker, auth.RoleClient}}},
+	}
+	b := setup(t, func(c *server.Config) {
+		c.Auth.Mode = "token"
+		c.Auth.Keys = nil
+		for _, k := range callers {
+			ns := k.id.Namespaces
+			if k.id.AllNamespaces {
+				ns = []string{"*"}
+			}
+			c.Auth.Keys = append(c.Auth.Keys, key(k.id.Name, k.secret, k.id.Roles, ns...))
+		}
+	})
+	rpcs := rpcsOf("aion.v1")
+	if len(rpcs) < 15 {
+		t.Fatalf("found only %d aion.v1 methods in the generated descriptors: %v", len(rpcs), rpcs)
+	}
+	maps.Copy(rpcs, rpcsOf("grpc.health.v1"))
+
+	for full, md := range rpcs {
+		t.Run(strings.TrimPrefix(full, "/"), func(t *testing.T) {
+			t.Parallel()
+			err := callRPC(b.as(t, "").cc, full, md, "a")
+			switch code := status.Code(err); {
+			case auth.Public(full) && (code == codes.Unauthenticated || code == codes.PermissionDenied || code == codes.Unimplemented):
+				t.Errorf("without a token: %v, want the public method served", err)
+			case !auth.Public(full) && code != codes.Unauthenticated:
+				t.Errorf("without a token: %v, want Unauthenticated", err)
+			}
+			for _, c := range callers {
+				err := callRPC(b.as(t, c.secret).cc, full, md, "a")
+				code := status.Code(err)
+				if refusal := auth.Authorize(c.id, full); refusal != nil {
+					if code != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), refusal.Error()) {
+						t.Errorf("%s: %v, want PermissionDenied saying %q", c.id.Name, err, refusal)
+					}
+					continue
+				}
+				switch code {
+				case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented:
+					t.Errorf("%s, whom the policy allows: %v, want the call to reach its handler", c.id.Name, err)
+				}
+			}
+		})
 	}
 }

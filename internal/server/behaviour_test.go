@@ -155,7 +155,12 @@ func TestWaitingWorkIsDispatchedWhenAWorkerArrives(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.schedule(t, &aionv1.ScheduleRequest{Namespace: "late", Id: "x", ActivityType: "w"})
-	time.Sleep(50 * time.Millisecond)
+	waiting := `aion_backlog_activities{namespace="late",task_queue="default"}`
+	for deadline := time.Now().Add(10 * time.Second); b.scrape(t)[waiting] != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached 1", waiting)
+		}
+	}
 	w := b.mustConnect(t, reg([]string{"late"}, "", "", "w"))
 	if task := w.nextTask(); task.GetActivityId() != "x" {
 		t.Fatalf("late worker got %v", task)
@@ -264,22 +269,29 @@ func TestHeartbeatsKeepAnAttemptAlive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := b.mustConnect(t, reg([]string{"h"}, "", "", "long"))
+	const timeout = 500 * time.Millisecond
 	b.schedule(t, &aionv1.ScheduleRequest{Namespace: "h", Id: "beating", ActivityType: "long",
-		HeartbeatTimeout: durationpb.New(200 * time.Millisecond)})
+		HeartbeatTimeout: durationpb.New(timeout)})
 	task := w.nextTask()
-	for i := range 6 {
-		time.Sleep(80 * time.Millisecond)
+	// Heartbeats every 100ms for three heartbeat timeouts: each leaves 400ms
+	// of slack for a busy machine, and every one must be accepted.
+	start, last := time.Now(), 0
+	beat := time.NewTicker(100 * time.Millisecond) // the worker's pace
+	defer beat.Stop()
+	for i := 0; time.Since(start) < 3*timeout; i++ {
+		<-beat.C
 		w.send(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityHeartbeat{ActivityHeartbeat: &aionv1.ActivityHeartbeat{
 			Namespace: "h", ActivityId: "beating", Attempt: task.GetAttempt(), Details: []byte(fmt.Sprint(i)),
 		}}})
 		if ack := w.recvWhere(func(m *aionv1.ServerMessage) bool { return m.GetHeartbeatAck() != nil }).GetHeartbeatAck(); ack.GetRefused() != "" {
-			t.Fatalf("heartbeat %d: ack %v", i, ack)
+			t.Fatalf("heartbeat %d after %v: ack %v", i, time.Since(start), ack)
 		}
+		last = i
 	}
 	w.complete(task, []byte(`"done"`))
 	if a := b.wait(t, "h", "beating"); a.GetState() != aionv1.ActivityState_ACTIVITY_STATE_COMPLETED ||
-		string(a.GetLastHeartbeatDetails()) != "5" {
-		t.Fatalf("after 480ms of heartbeats every 80ms: %v", a)
+		string(a.GetLastHeartbeatDetails()) != fmt.Sprint(last) {
+		t.Fatalf("after %v of heartbeats every 100ms: %v, want completed with the last details %d", 3*timeout, a, last)
 	}
 }
 
@@ -336,7 +348,7 @@ func TestRestartRetriesInterruptedWork(t *testing.T) {
 		RetryPolicy: &aionv1.RetryPolicy{InitialInterval: durationpb.New(10 * time.Millisecond)}})
 	b.schedule(t, &aionv1.ScheduleRequest{Namespace: "d", Id: "queued", ActivityType: "nobody-yet"})
 	w.nextTask() // never finished
-	if err := b.srv.Shutdown(context.Background()); err != nil {
+	if err := b.srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 

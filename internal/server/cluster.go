@@ -3,14 +3,14 @@ package server
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
-	"strconv"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/cluster"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -39,14 +39,7 @@ var disconnectReasons = map[registry.Reason]aionv1.DisconnectReason{
 }
 
 func capabilitiesToProto(cs registry.Capabilities) []aionv1.InterventionPrimitive {
-	var out []aionv1.InterventionPrimitive
-	for p, c := range capabilityOf {
-		if cs.Has(c) {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return wire.Primitives(cs)
 }
 
 // workerToProto describes a worker; lastSeen is zero when unknown.
@@ -95,8 +88,8 @@ func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersR
 	}
 	caller := c.s.caller(ctx)
 	workers := c.s.reg.Workers()
-	if c.s.member != nil {
-		remote, err := c.s.member.remoteWorkers(ctx)
+	if c.s.cluster != nil {
+		remote, err := c.s.cluster.RemoteWorkers(ctx)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -121,11 +114,12 @@ func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerR
 	id := registry.WorkerID(r.GetWorkerId())
 	info, ok := c.s.reg.Lookup(id)
 	var owner store.ServerID
-	if !ok && c.s.member != nil {
-		var err error
-		if owner, info, ok, err = c.s.member.serverOfWorker(ctx, id); err != nil {
+	if !ok && c.s.cluster != nil {
+		remote, found, err := c.s.cluster.FindWorker(ctx, id)
+		if err != nil {
 			return nil, toStatus(err)
 		}
+		owner, info, ok = remote.Server, remote.Info, found
 	}
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "worker_id: worker %d is not connected", r.GetWorkerId())
@@ -138,12 +132,12 @@ func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerR
 	}
 	if owner != 0 {
 		// The worker is connected to another server of the cluster.
-		body, err := c.s.member.call(ctx, owner, msgDrain, []byte(strconv.FormatUint(uint64(id), 10)))
-		if err != nil {
+		info, err := c.s.cluster.DrainWorker(ctx, owner, id)
+		switch {
+		case errors.Is(err, cluster.ErrBadReply):
+			return nil, status.Errorf(codes.Internal, "worker_id: worker %d: %v", id, err)
+		case err != nil:
 			return nil, status.Errorf(codes.Unavailable, "worker_id: worker %d: forward the drain to its server: %v", id, err)
-		}
-		if err := json.Unmarshal(body, &info); err != nil {
-			return nil, status.Errorf(codes.Internal, "worker_id: worker %d: unreadable answer from its server: %v", id, err)
 		}
 		return &aionv1.DrainWorkerResponse{Worker: c.s.workerView(info)}, nil
 	}
@@ -232,9 +226,9 @@ func (s *Server) poolStats() []events.Pool {
 		return byPool[p]
 	}
 	workers := s.reg.Workers()
-	if s.member != nil { // and the other servers' workers, as last published
+	if s.cluster != nil { // and the other servers' workers, as last published
 		for _, w := range s.bus.Snapshot().Workers {
-			if w.Server != s.member.self.Name {
+			if w.Server != s.self.Name {
 				workers = append(workers, w)
 			}
 		}

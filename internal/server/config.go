@@ -1,18 +1,24 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aion-run/aion/internal/auth"
+	"github.com/aion-run/aion/internal/limit"
+	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 )
 
-// Config is everything `aion server` and `aion dev` can set.
+// Config is everything `aion server` and `aion dev` can set. Validate checks
+// it; errors name the command-line flag of the field at fault.
 type Config struct {
 	// GRPCAddr is where the gRPC services listen.
 	GRPCAddr string
-	// HTTPAddr is where /healthz, /readyz (and later metrics and the
-	// console) listen.
+	// HTTPAddr is where the HTTP side listens: /healthz, /readyz, /metrics,
+	// the JSON API, the event stream and the console.
 	HTTPAddr string
 	// DataDir holds the SQLite file (aion.db).
 	DataDir string
@@ -23,7 +29,8 @@ type Config struct {
 	// HeartbeatWindow is how long a worker may stay silent before it is
 	// deregistered with reason timeout.
 	HeartbeatWindow time.Duration
-	// SQLiteSync is the SQLite synchronous mode: "full" or "normal".
+	// SQLiteSync is the SQLite synchronous mode: "full" or "normal"; empty
+	// means full.
 	SQLiteSync string
 	// AcceptDataLoss starts on a SQLite database that is missing, empty,
 	// another one or behind the mark file beside it, logging what is lost
@@ -37,12 +44,13 @@ type Config struct {
 	// a postgres:// URL. Several servers may share one PostgreSQL database:
 	// they form a cluster.
 	Store string
-	// ServerName names this server among the servers sharing a PostgreSQL
-	// store; it must be unique among the live ones. Empty means the host
-	// name and the gRPC port.
+	// ServerName names this server among the servers of a cluster; it must
+	// be unique among the live ones. Empty means the host name and the gRPC
+	// port.
 	ServerName string
-	// Lease is how long a clustered server stays a member without renewing:
-	// when it dies, its running attempts are retried elsewhere after this.
+	// Lease is how long a server of a cluster stays a member without
+	// renewing: when it dies, its running attempts are retried elsewhere
+	// after this. At least minLease.
 	Lease time.Duration
 	// Auth is how callers are authenticated.
 	Auth AuthConfig
@@ -54,11 +62,18 @@ type Config struct {
 	// MaxInFlightPerNamespace caps a namespace's running attempts (more
 	// wait in their queue); 0 means no cap.
 	MaxInFlightPerNamespace int
-	// MaxReceiveMemory bounds the memory that requests still arriving may
-	// hold: each reserves room for a whole message (limit.Message) until it
-	// has arrived, one caller at most half of it. A call past it is
-	// ResourceExhausted before its body is read. Zero means 256 MiB.
+	// MaxReceiveMemory bounds the memory that requests being read may
+	// hold: reading one holds room for a whole message (limit.Message)
+	// until it is in, one caller at most half of it; a read past it waits
+	// for room until the call's deadline. At least two messages' worth
+	// (minReceiveMemory).
 	MaxReceiveMemory int64
+	// MaxReceiveRate bounds the request bytes one caller may send a
+	// second (with a burst of one second's worth); a call from a
+	// caller past it is ResourceExhausted before its body is read. Worker
+	// streams are not counted, nor any caller when auth is "none" (all
+	// callers are one anonymous caller then). Zero means no limit.
+	MaxReceiveRate int64
 	// MaxNamespaces caps the namespaces the server holds: minting or
 	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
 	// each server counts what it knows of, so the cap is approximate.
@@ -140,6 +155,7 @@ func Defaults() Config {
 		SQLiteSync:       "full",
 		Lease:            10 * time.Second,
 		MaxReceiveMemory: defaultReceiveMemory,
+		MaxReceiveRate:   defaultReceiveRate,
 		Auth:             AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
 
 		MaxPendingBytesPerNamespace: 1 << 30,
@@ -163,4 +179,136 @@ func DefaultConnLimits() ConnLimits {
 		HTTPWriteTimeout:      30 * time.Second,
 		HTTPIdleTimeout:       2 * time.Minute,
 	}
+}
+
+// minLease is the shortest cluster lease: renewals go out every quarter of
+// it, and a database round trip must fit well inside that.
+const minLease = 300 * time.Millisecond
+
+// minReceiveMemory lets two requests of the largest size arrive at once.
+const minReceiveMemory = 2 * limit.Message
+
+// Validate checks every setting and is the only place they are checked. An
+// error names the flag at fault and the value it refused. It checks what can
+// be known without touching the network or the disk: files named by the
+// settings are read when the server is built.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case c.GRPCAddr == "":
+		bad("--grpc-addr: must not be empty")
+	case c.DataDir == "":
+		bad("--data-dir: must not be empty")
+	}
+	if c.DrainTimeout < 0 {
+		bad("--drain-timeout %v: must not be negative", c.DrainTimeout)
+	}
+	if c.HeartbeatWindow <= 0 {
+		bad("--heartbeat-window %v: must be more than zero", c.HeartbeatWindow)
+	}
+	switch c.AutoCreate {
+	case namespace.Open, namespace.Closed:
+	default:
+		bad("--auto-create %q: want %q or %q", c.AutoCreate, namespace.Open, namespace.Closed)
+	}
+	switch c.SQLiteSync {
+	case "", "full", "normal":
+	default:
+		bad("--sqlite-sync %q: want full or normal", c.SQLiteSync)
+	}
+	if c.Store != "" && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		bad("--store %q: want empty (SQLite under --data-dir) or a postgres:// URL", redact(c.Store))
+	}
+	if c.ServerName != "" {
+		if err := name.Check("--server-name", c.ServerName, name.MaxName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Lease < minLease {
+		bad("--lease %v: want at least %v", c.Lease, minLease)
+	}
+	for _, n := range []struct {
+		flag  string
+		value int64
+	}{
+		{"--max-pending-per-namespace", int64(c.MaxPendingPerNamespace)},
+		{"--max-in-flight-per-namespace", int64(c.MaxInFlightPerNamespace)},
+		{"--max-namespaces", int64(c.MaxNamespaces)},
+		{"--max-mint-per-request", int64(c.MaxMintPerRequest)},
+		{"--max-pending-bytes-per-namespace", c.MaxPendingBytesPerNamespace},
+		{"--max-list-bytes", int64(c.MaxListBytes)},
+		{"--max-receive-rate", c.MaxReceiveRate >> 20},
+	} {
+		if n.value < 0 {
+			bad("%s %d: must not be negative (0: no cap)", n.flag, n.value)
+		}
+	}
+	if c.MaxReceiveMemory < minReceiveMemory {
+		bad("--max-receive-memory %d: want at least %d (MiB: two requests of the largest size)",
+			c.MaxReceiveMemory>>20, minReceiveMemory>>20)
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--grpc-handshake-timeout", c.Conn.GRPCHandshakeTimeout},
+		{"--grpc-idle-timeout", c.Conn.GRPCIdleTimeout},
+		{"--http-read-header-timeout", c.Conn.HTTPReadHeaderTimeout},
+		{"--http-read-timeout", c.Conn.HTTPReadTimeout},
+		{"--http-write-timeout", c.Conn.HTTPWriteTimeout},
+		{"--http-idle-timeout", c.Conn.HTTPIdleTimeout},
+	} {
+		if d.value < 0 {
+			bad("%s %v: must not be negative", d.flag, d.value)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("--tls-cert %q / --tls-key %q: set both, or neither", c.TLSCert, c.TLSKey)
+	}
+	errs = append(errs, c.Auth.validate(c.Dev)...)
+	if err := c.checkExposure(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks the authentication settings.
+func (a AuthConfig) validate(dev bool) []error {
+	var errs []error
+	switch a.Mode {
+	case "", "none":
+	case "token":
+		if len(a.Keys) == 0 {
+			errs = append(errs, errors.New("--auth token: no API keys configured ([[tokens]] in the --config file)"))
+		}
+	case "jwt":
+		switch {
+		case a.JWTSecretFile != "" && a.JWKSFile != "":
+			errs = append(errs, fmt.Errorf("--auth jwt: --jwt-secret-file %q and --jwks-file %q: set one, not both", a.JWTSecretFile, a.JWKSFile))
+		case a.JWTSecretFile == "" && a.JWKSFile == "":
+			errs = append(errs, errors.New("--auth jwt: needs --jwt-secret-file (HS256) or --jwks-file (RS256)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--auth %q: want none, token or jwt", a.Mode))
+	}
+	if dev && a.Mode != "" && a.Mode != "none" {
+		errs = append(errs, fmt.Errorf("--auth %q: aion dev always runs with authorization off; use aion server", a.Mode))
+	}
+	return errs
+}
+
+// checkExposure refuses auth "none" on an address beyond loopback, unless
+// InsecureAllowNoAuth says that is meant.
+func (c Config) checkExposure() error {
+	if (c.Auth.Mode != "" && c.Auth.Mode != "none") || c.InsecureAllowNoAuth {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+		if !loopback(a.addr) {
+			return fmt.Errorf("--%s %s is not a loopback address and auth is none: anyone who can reach it could run "+
+				"and read every tenant's work; configure auth (token or jwt) or pass --insecure-allow-no-auth", a.flag, a.addr)
+		}
+	}
+	return nil
 }

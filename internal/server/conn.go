@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -18,26 +17,6 @@ const (
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second
 )
-
-// validate refuses negative limits, naming the flag.
-func (c ConnLimits) validate() error {
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
-		{"--grpc-handshake-timeout", c.GRPCHandshakeTimeout},
-		{"--grpc-idle-timeout", c.GRPCIdleTimeout},
-		{"--http-read-header-timeout", c.HTTPReadHeaderTimeout},
-		{"--http-read-timeout", c.HTTPReadTimeout},
-		{"--http-write-timeout", c.HTTPWriteTimeout},
-		{"--http-idle-timeout", c.HTTPIdleTimeout},
-	} {
-		if d.v < 0 {
-			return fmt.Errorf("%s: %v is negative", d.flag, d.v)
-		}
-	}
-	return nil
-}
 
 // connectionOptions bounds what a gRPC connection may hold without making
 // progress: a connection that never finishes its handshake is closed after

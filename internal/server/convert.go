@@ -6,7 +6,6 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
-	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -205,14 +204,6 @@ func placementFromProto(p *aionv1.Placement) (store.Placement, error) {
 		}
 	}
 	return store.Placement{}, fmt.Errorf("placement.mode: %v is not unplaced, prefer or pinned: %w", p.GetMode(), errInvalid)
-}
-
-var capabilityOf = map[aionv1.InterventionPrimitive]registry.Capability{
-	aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_INJECT_MESSAGE:      registry.CapInjectMessage,
-	aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_CANCEL:              registry.CapCancel,
-	aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_PAUSE_RESUME:        registry.CapPauseResume,
-	aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_UPDATE_BUDGET:       registry.CapUpdateBudget,
-	aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_RESPOND_TO_APPROVAL: registry.CapRespondToApproval,
 }
 
 func taskToProto(t engine.Task) *aionv1.ServerMessage {

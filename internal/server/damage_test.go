@@ -1,49 +1,30 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/aion-run/aion/internal/store/sqlite"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// syncBuffer is a log sink safe to read while the server writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startOn starts a server on dir and returns it with its log.
-func startOn(t *testing.T, dir string, acceptLoss bool) (*server.Server, *syncBuffer, error) {
+func startOn(t *testing.T, dir string, acceptLoss bool) (*server.Server, *servertest.LogBuffer, error) {
 	t.Helper()
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
 	cfg.AcceptDataLoss = acceptLoss
-	logs := &syncBuffer{}
-	srv, err := server.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	logs := &servertest.LogBuffer{}
+	srv, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	return srv, logs, err
 }
 
@@ -68,7 +49,7 @@ func withActivities(t *testing.T, n int) string {
 		}
 	}
 	cc.Close()
-	if err := srv.Shutdown(context.Background()); err != nil {
+	if err := srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(sqlite.MarkPath(filepath.Join(dir, "aion.db"))); err != nil {
@@ -113,7 +94,7 @@ func TestServerRefusesAMissingOrEmptyDatabaseNamingItAndTheFlag(t *testing.T) {
 			srv, _, err := startOn(t, dir, false)
 			if err == nil {
 				n := activityCount(t, srv)
-				srv.Shutdown(context.Background())
+				srv.Stop(context.Background())
 				t.Fatalf("started on a %s with %d of 12 acknowledged activities", d.name, n)
 			}
 			for _, want := range []string{path, d.problem, "12 activities", "--accept-data-loss"} {
@@ -144,7 +125,7 @@ func TestServerWithAcceptDataLossStartsAndLogsWhatIsLost(t *testing.T) {
 			if n := activityCount(t, srv); n != 0 {
 				t.Errorf("%d activities after the database was lost", n)
 			}
-			if err := srv.Shutdown(context.Background()); err != nil {
+			if err := srv.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			out := logs.String()
@@ -156,7 +137,7 @@ func TestServerWithAcceptDataLossStartsAndLogsWhatIsLost(t *testing.T) {
 			if err != nil {
 				t.Fatalf("start after the loss was accepted: %v", err)
 			}
-			srv.Shutdown(context.Background())
+			srv.Stop(context.Background())
 			if strings.Contains(logs.String(), "level=ERROR") {
 				t.Fatalf("the accepted loss is reported again:\n%s", logs)
 			}
@@ -179,14 +160,14 @@ func TestServerAdoptsADataDirectoryWithoutMark(t *testing.T) {
 	if n := activityCount(t, srv); n != 5 {
 		t.Errorf("%d activities after adoption, want 5", n)
 	}
-	if err := srv.Shutdown(context.Background()); err != nil {
+	if err := srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
 	if srv, _, err := startOn(t, dir, false); err == nil {
-		srv.Shutdown(context.Background())
+		srv.Stop(context.Background())
 		t.Fatal("an adopted database emptied afterwards was not refused")
 	}
 }

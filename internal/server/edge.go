@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aion-run/aion/internal/auth"
@@ -21,56 +22,66 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// The gRPC edge admits a call in two steps before any of its body is read:
-// the bearer token is checked in the transport's tap (so a caller without a
-// valid credential never makes the server buffer or decode a message), and
-// the call reserves room in the receive budget, given back as soon as its
-// request has arrived, or when the call ends. A message is at most
-// limit.Message bytes, so the budget bounds the memory that all requests
-// being received can hold.
+// The gRPC edge admits a call before any of its body is read: the bearer
+// token and the caller's receive rate are checked in the transport's tap,
+// so a caller without a valid credential, or one sending too fast, never
+// makes the server buffer or decode a message. Until a handler asks for its
+// request, HTTP/2 flow control holds what a call may have sent to its
+// stream window (64 KiB, and 1 MiB a connection); reading the request then
+// takes room for a whole message (limit.Message) in the receive budget,
+// waiting for it if need be, and gives it back once the request is in. So
+// the budget bounds the memory all requests being read can hold, and a
+// burst of calls waits its turn instead of being refused.
 
 // anonymous is the budget account of calls to public methods (health and
-// reflection).
+// reflection) and of every caller when auth is off.
 const anonymous = "(anonymous)"
 
-// receiveBudget counts calls whose request is still arriving, each reserving
-// room for a whole message: at most total at once, at most perCaller of them
-// for one caller, so one caller cannot take all of it.
+// receiveBudget counts requests being read, each holding room for a whole
+// message: at most total at once, at most perCaller of them for one
+// caller, so one caller cannot take all of it. A read past either waits.
 type receiveBudget struct {
 	mu        sync.Mutex
 	total     int
 	perCaller int
 	used      int
 	byCaller  map[string]int
+	freed     chan struct{} // closed and replaced whenever room is given back
 }
 
 // defaultReceiveMemory is the receive budget when none is configured: 32
-// messages of the largest size arriving at once.
+// messages of the largest size being read at once.
 const defaultReceiveMemory = 32 * limit.Message
+
+// defaultReceiveRate is the receive rate of one caller when none is
+// configured: far above what schedules of ordinary payloads need.
+const defaultReceiveRate = 64 << 20
 
 func newReceiveBudget(bytes int64) *receiveBudget {
 	if bytes <= 0 {
 		bytes = defaultReceiveMemory
 	}
 	total := max(int(bytes/limit.Message), 2)
-	return &receiveBudget{total: total, perCaller: max(total/2, 1), byCaller: make(map[string]int)}
+	return &receiveBudget{total: total, perCaller: max(total/2, 1), byCaller: make(map[string]int), freed: make(chan struct{})}
 }
 
-// take reserves room for one message for caller; release gives it back and
-// may be called more than once.
-func (b *receiveBudget) take(caller string) (release func(), err error) {
+// take reserves room for one message for caller, waiting until there is
+// some or ctx ends; release gives it back and may be called more than once.
+func (b *receiveBudget) take(ctx context.Context, caller string) (release func(), err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.used >= b.total:
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"the server is receiving %d requests of up to %d bytes at once, its limit (--max-receive-memory); retry", b.used, limit.Message)
-	case b.byCaller[caller] >= b.perCaller:
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"%q is sending %d requests at once, at most %d may be arriving together; retry", caller, b.byCaller[caller], b.perCaller)
+	for b.used >= b.total || b.byCaller[caller] >= b.perCaller {
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, status.FromContextError(fmt.Errorf("waiting for room to read the request (--max-receive-memory): %w", ctx.Err())).Err()
+		}
+		b.mu.Lock()
 	}
 	b.used++
 	b.byCaller[caller]++
+	b.mu.Unlock()
 	var done atomic.Bool
 	return func() {
 		if !done.CompareAndSwap(false, true) {
@@ -82,17 +93,80 @@ func (b *receiveBudget) take(caller string) (release func(), err error) {
 		if b.byCaller[caller]--; b.byCaller[caller] == 0 {
 			delete(b.byCaller, caller)
 		}
+		close(b.freed)
+		b.freed = make(chan struct{})
 	}, nil
 }
 
-type releaseKey struct{}
+// receiveRate bounds the request bytes each caller may send a second, as a
+// debt that drains at rate: every request's size is added once it has
+// arrived, and a call whose caller owes more than burst is refused from its
+// headers, so its body is never read. Receiving and refusing megabytes costs
+// the server CPU and disk even when nothing is kept; this is what keeps one
+// tenant's flood of large requests from slowing everyone else's calls.
+type receiveRate struct {
+	rate, burst float64 // bytes; rate a second, 0: no limit
+	now         func() time.Time
 
-// reservation is a call's room in the receive budget; untilEnd keeps it for
-// the whole call (a public stream whose messages keep arriving).
-type reservation struct {
-	release  func()
-	untilEnd bool
+	mu   sync.Mutex
+	owes map[string]debt
 }
+
+type debt struct {
+	bytes float64
+	at    time.Time
+}
+
+func newReceiveRate(bytesPerSecond int64, now func() time.Time) *receiveRate {
+	burst := max(float64(bytesPerSecond), limit.Message) // a second's worth, at least one message
+	return &receiveRate{rate: float64(bytesPerSecond), burst: burst, now: now, owes: make(map[string]debt)}
+}
+
+// drained is caller's debt now; the caller's entry goes once it is paid.
+func (r *receiveRate) drained(caller string, now time.Time) float64 {
+	d, ok := r.owes[caller]
+	if !ok {
+		return 0
+	}
+	left := d.bytes - now.Sub(d.at).Seconds()*r.rate
+	if left <= 0 {
+		delete(r.owes, caller)
+		return 0
+	}
+	return left
+}
+
+// admit refuses a call from caller while it owes more than the burst.
+func (r *receiveRate) admit(caller string) error {
+	if r.rate <= 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	owed := r.drained(caller, r.now())
+	if owed <= r.burst {
+		return nil
+	}
+	wait := time.Duration((owed - r.burst) / r.rate * float64(time.Second))
+	return status.Errorf(codes.ResourceExhausted,
+		"%q is sending requests faster than %d bytes a second (--max-receive-rate); retry in %v",
+		caller, int64(r.rate), wait.Round(time.Millisecond)+time.Millisecond)
+}
+
+// charge adds a request of n bytes that arrived from caller.
+func (r *receiveRate) charge(caller string, n int) {
+	if r.rate <= 0 || n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	r.owes[caller] = debt{bytes: r.drained(caller, now) + float64(n), at: now}
+}
+
+// callerKey holds, in a call's context, the account its requests are read
+// under; a call without one (a worker stream) reads its frames unmetered.
+type callerKey struct{}
 
 // admitCall is the transport tap: it runs when a call's headers arrive,
 // before its body is read, on the connection's reading goroutine, so it
@@ -120,22 +194,30 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 	if clientStream && !public {
 		return ctx, nil // a worker stream: one frame at a time, from an authenticated worker
 	}
-	release, err := s.receiving.take(caller)
-	if err != nil {
+	if err := s.receiveRate.admit(caller); err != nil {
 		return nil, err
 	}
-	// However the call ends (even before a handler runs, as when its
-	// deadline has passed), its context ends, and the room comes back.
-	context.AfterFunc(ctx, release)
-	return context.WithValue(ctx, releaseKey{}, &reservation{release: release, untilEnd: clientStream}), nil
+	return context.WithValue(ctx, callerKey{}, caller), nil
 }
 
-// received gives back the reservation of the call in ctx once its request
-// has arrived; a stream whose messages keep arriving keeps it to its end.
-func received(ctx context.Context) {
-	if r, ok := ctx.Value(releaseKey{}).(*reservation); ok && !r.untilEnd {
-		r.release()
+// read reads one request into m with next, holding room for a whole message
+// in the receive budget while it does (waiting for room if need be), and
+// charges its size to the caller's receive rate.
+func (s *Server) read(ctx context.Context, m any, next func(any) error) error {
+	caller, metered := ctx.Value(callerKey{}).(string)
+	if !metered {
+		return s.decoder.recv(m, next)
 	}
+	release, err := s.receiving.take(ctx, caller)
+	if err != nil {
+		return err
+	}
+	err = s.decoder.recv(m, next)
+	release()
+	if msg, ok := m.(proto.Message); ok {
+		s.receiveRate.charge(caller, proto.Size(msg))
+	}
+	return err
 }
 
 // decoder decodes requests like the standard protobuf codec, but a message
@@ -228,17 +310,15 @@ func badField(msg protoreflect.MessageDescriptor, b []byte, prefix string) strin
 // decoder.
 type decodingStream struct {
 	grpc.ServerStream
-	d *decoder
+	srv *Server
 }
 
 func (s decodingStream) RecvMsg(m any) error {
-	err := s.d.recv(m, s.ServerStream.RecvMsg)
-	received(s.Context())
-	return err
+	return s.srv.read(s.Context(), m, s.ServerStream.RecvMsg)
 }
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, decodingStream{ServerStream: ss, d: s.decoder})
+	return h(srv, decodingStream{ServerStream: ss, srv: s})
 }
 
 // register serves impl under desc, each unary method receiving its request
@@ -249,11 +329,7 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(v any) error {
-				err := s.decoder.recv(v, dec)
-				received(ctx)
-				return err
-			}, ic)
+			return h(srv, ctx, func(v any) error { return s.read(ctx, v, dec) }, ic)
 		}
 		d.Methods[i] = m
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -333,49 +334,85 @@ func TestUnauthenticatedCallIsRefusedBeforeItsBody(t *testing.T) {
 	}
 }
 
-// TestReceiveBudgetBoundsRequestsArriving: each call reserves room for a
-// whole message until its request has arrived; one caller may hold half of
-// the budget, and past the whole budget calls are ResourceExhausted before
-// their bodies are read. A call that ends gives its room back.
-func TestReceiveBudgetBoundsRequestsArriving(t *testing.T) {
+// TestReceiveBudgetBoundsRequestsBeingRead: reading a request holds room
+// for a whole message; one caller may hold half of the budget. A read past
+// either waits for room (until its deadline) instead of being refused, and
+// a call that ends gives its room back.
+func TestReceiveBudgetBoundsRequestsBeingRead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withClientKeys("edge-a", "edge-b", "edge-c"), func(c *server.Config) {
 		c.MaxReceiveMemory = 2 * limit.Message // two at once, one a caller
 	})
-	_, cancelA1 := openCall(t, b.cc, "edge-a-secret")
-	defer cancelA1()
-	a2, cancelA2 := openCall(t, b.cc, "edge-a-secret")
-	defer cancelA2()
-	if err := answer(a2, 10*time.Second); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `"edge-a" is sending`) {
-		t.Fatalf("a second call of edge-a while its first is arriving: %v; want ResourceExhausted naming edge-a", err)
+	ctx := context.Background()
+	scheduleWithin := func(token, id string, within time.Duration) error {
+		cctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := b.activities.Schedule(cctx, &aionv1.ScheduleRequest{Namespace: "edge", Id: id, ActivityType: "t"},
+			grpc.PerRPCCredentials(bearer(token)))
+		return err
 	}
-	b1, cancelB1 := openCall(t, b.cc, "edge-b-secret")
-	defer cancelB1()
-	c1, cancelC1 := openCall(t, b.cc, "edge-c-secret")
-	defer cancelC1()
-	if err := answer(c1, 10*time.Second); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-receive-memory") {
-		t.Fatalf("a third caller while two calls are arriving: %v; want ResourceExhausted naming the flag", err)
+	// A call that sends no request holds its room while its handler waits
+	// for the request. Once edge-a holds its share, its next call waits
+	// (here until its deadline), while edge-b's has room.
+	_, cancelA := openCall(t, b.cc, "edge-a-secret")
+	defer cancelA()
+	servertest.Eventually(t, "edge-a's held call to take its room", func() bool {
+		return scheduleWithin("edge-a-secret", "probe", 300*time.Millisecond) != nil
+	})
+	if err := scheduleWithin("edge-a-secret", "a-2", 300*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a second request of edge-a while its first is being read: %v; want it to wait (DeadlineExceeded)", err)
 	}
-	// edge-b's call was admitted: its request, sent now, is scheduled.
-	if err := b1.SendMsg(&aionv1.ScheduleRequest{Namespace: "edge", Id: "from-b", ActivityType: "t"}); err != nil {
+	holdB, cancelB := openCall(t, b.cc, "edge-b-secret")
+	defer cancelB()
+	servertest.Eventually(t, "edge-b's held call to take its room", func() bool {
+		return scheduleWithin("edge-c-secret", "probe-c", 300*time.Millisecond) != nil
+	})
+	if err := scheduleWithin("edge-c-secret", "c-1", 300*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a third caller while two requests are being read: %v; want it to wait", err)
+	}
+	// A waiting request goes on once room is given back.
+	waiting := make(chan error, 1)
+	go func() { waiting <- scheduleWithin("edge-c-secret", "c-2", 20*time.Second) }()
+	cancelA()
+	if err := <-waiting; err != nil {
+		t.Fatalf("edge-c's waiting request after edge-a's call ended: %v", err)
+	}
+	// edge-b's held call was admitted: its request, sent now, is scheduled.
+	if err := holdB.SendMsg(&aionv1.ScheduleRequest{Namespace: "edge", Id: "from-b", ActivityType: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	_ = b1.CloseSend()
+	_ = holdB.CloseSend()
 	var resp aionv1.ScheduleResponse
-	if err := b1.RecvMsg(&resp); err != nil || resp.GetActivity().GetId() != "from-b" {
-		t.Fatalf("edge-b's admitted call: %v, %v", &resp, err)
+	if err := holdB.RecvMsg(&resp); err != nil || resp.GetActivity().GetId() != "from-b" {
+		t.Fatalf("edge-b's held call: %v, %v", &resp, err)
 	}
-	cancelA1() // gives edge-a's room back
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cs, cancel := openCall(t, b.cc, "edge-a-secret")
-		err := answer(cs, 200*time.Millisecond)
-		cancel()
-		if err == nil {
-			break // admitted: it waits for its request
+	for _, id := range []string{"a-2", "c-1"} {
+		if _, err := b.activities.Get(ctx, &aionv1.GetActivityRequest{Namespace: "edge", Id: id},
+			grpc.PerRPCCredentials(bearer("edge-b-secret"))); status.Code(err) != codes.NotFound {
+			t.Fatalf("%s, which gave up waiting: %v; want NotFound", id, err)
 		}
-		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
-			t.Fatalf("edge-a after its first call ended: %v; want admitted", err)
+	}
+}
+
+// TestBurstOfSmallRequestsWaitsInsteadOfFailing: one caller's burst of
+// many more requests than the budget holds at once all succeed.
+func TestBurstOfSmallRequestsWaitsInsteadOfFailing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withClientKeys("edge-a"), func(c *server.Config) {
+		c.MaxReceiveMemory = 2 * limit.Message // one request of edge-a at a time
+	})
+	const burst = 200
+	errs := make(chan error, burst)
+	for i := range burst {
+		go func() {
+			_, err := b.activities.Schedule(context.Background(), &aionv1.ScheduleRequest{Namespace: "edge", Id: fmt.Sprintf("burst-%d", i),
+				ActivityType: "t"}, grpc.PerRPCCredentials(bearer("edge-a-secret")))
+			errs <- err
+		}()
+	}
+	for range burst {
+		if err := <-errs; err != nil {
+			t.Fatalf("a request of the burst: %v", err)
 		}
 	}
 }

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/limit"
@@ -12,7 +10,6 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -48,16 +45,10 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
 		return codes.Unavailable
-	}
-	// The database is unreachable or the connection to it broke: nothing
-	// was acknowledged, and the call may be tried again (a schedule with
-	// the same id is idempotent).
-	var (
-		connect *pgconn.ConnectError
-		netErr  net.Error
-	)
-	if errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
+	case errors.Is(err, store.ErrUnavailable):
+		// The database is unreachable or the connection to it broke: nothing
+		// was acknowledged, and the call may be tried again (a schedule with
+		// the same id is idempotent).
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

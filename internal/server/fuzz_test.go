@@ -3,12 +3,11 @@ package server_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
-	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -39,14 +38,13 @@ func FuzzWorkerFrames(f *testing.F) {
 	seed(reg(ok), &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityHeartbeat{ActivityHeartbeat: &aionv1.ActivityHeartbeat{Namespace: "fz"}}})
 	seed(reg(ok), &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Drain{Drain: &aionv1.Drain{Reason: "bye"}}})
 
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", f.TempDir(), "normal"
+	cfg := servertest.Config(f.TempDir())
 	cfg.DrainTimeout = time.Second
-	srv, err := server.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := startServer(context.Background(), cfg, servertest.Logger())
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { srv.Shutdown(context.Background()) })
+	f.Cleanup(func() { srv.Stop(context.Background()) })
 	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		f.Fatal(err)

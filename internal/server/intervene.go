@@ -4,15 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
+	"errors"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/cluster"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (*aionv1.CancelResponse, error) {
@@ -31,48 +32,11 @@ func (a *activityService) Cancel(ctx context.Context, r *aionv1.CancelRequest) (
 
 // primitiveOf names the capability a command needs, and checks its fields.
 func primitiveOf(cmd *aionv1.InterventionCommand) (registry.Capability, error) {
-	switch c := cmd.GetCommand().(type) {
-	case *aionv1.InterventionCommand_InjectMessage:
-		if c.InjectMessage.GetText() == "" {
-			return 0, status.Error(codes.InvalidArgument, "command.inject_message.text: must not be empty")
-		}
-		if err := limit.Check("command.inject_message.text", c.InjectMessage.GetText(), limit.InjectText); err != nil {
-			return 0, status.Error(codes.InvalidArgument, err.Error())
-		}
-		switch c.InjectMessage.GetPriority() {
-		case aionv1.MessagePriority_MESSAGE_PRIORITY_UNSPECIFIED, aionv1.MessagePriority_MESSAGE_PRIORITY_NORMAL,
-			aionv1.MessagePriority_MESSAGE_PRIORITY_INTERRUPT:
-		default:
-			return 0, status.Errorf(codes.InvalidArgument, "command.inject_message.priority: %v is not normal or interrupt", c.InjectMessage.GetPriority())
-		}
-		return registry.CapInjectMessage, nil
-	case *aionv1.InterventionCommand_Cancel:
-		if err := limit.Check("command.cancel.reason", c.Cancel.GetReason(), limit.Reason); err != nil {
-			return 0, status.Error(codes.InvalidArgument, err.Error())
-		}
-		return registry.CapCancel, nil
-	case *aionv1.InterventionCommand_Pause, *aionv1.InterventionCommand_Resume:
-		return registry.CapPauseResume, nil
-	case *aionv1.InterventionCommand_UpdateBudget:
-		if c.UpdateBudget.MaxTokens == nil && c.UpdateBudget.MaxTurns == nil {
-			return 0, status.Error(codes.InvalidArgument, "command.update_budget: set max_tokens, max_turns or both")
-		}
-		return registry.CapUpdateBudget, nil
-	case *aionv1.InterventionCommand_RespondToApproval:
-		if c.RespondToApproval.GetCallId() == "" {
-			return 0, status.Error(codes.InvalidArgument, "command.respond_to_approval.call_id: must not be empty")
-		}
-		for _, err := range []error{
-			limit.Check("command.respond_to_approval.call_id", c.RespondToApproval.GetCallId(), limit.CallID),
-			limit.Check("command.respond_to_approval.note", c.RespondToApproval.GetNote(), limit.ApprovalNote),
-		} {
-			if err != nil {
-				return 0, status.Error(codes.InvalidArgument, err.Error())
-			}
-		}
-		return registry.CapRespondToApproval, nil
+	p, err := wire.Check(cmd)
+	if err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return 0, status.Error(codes.InvalidArgument, "command: missing; want inject_message, cancel, pause, resume, update_budget or respond_to_approval")
+	return p, nil
 }
 
 // Intervene routes a command to the worker that owns the activity's current
@@ -94,28 +58,22 @@ func (a *activityService) Intervene(ctx context.Context, r *aionv1.InterveneRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if out.Outcome != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET || a.s.member == nil {
+	if out.Outcome != aionv1.InterventionOutcome_INTERVENTION_OUTCOME_STALE_TARGET || a.s.cluster == nil {
 		return out, nil
 	}
 	// In a cluster the attempt may run on a worker of another server.
-	owner, err := a.s.member.cl.OwnerOf(ctx, r.GetNamespace(), r.GetId())
+	owner, err := a.s.cluster.RunningElsewhere(ctx, r.GetNamespace(), r.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if owner == 0 || owner == a.s.member.self.ID {
+	if owner == 0 {
 		return out, nil
 	}
-	body, err := proto.Marshal(r)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	reply, err := a.s.member.call(ctx, owner, msgIntervene, body)
-	if err != nil {
+	if out, err = a.s.cluster.Intervene(ctx, owner, r); err != nil {
+		if errors.Is(err, cluster.ErrBadReply) {
+			return nil, status.Errorf(codes.Internal, "intervene: server %d: %v", owner, err)
+		}
 		return nil, status.Errorf(codes.Unavailable, "intervene: forward to the server running the attempt: %v", err)
-	}
-	out = &aionv1.InterveneResponse{}
-	if err := proto.Unmarshal(reply, out); err != nil {
-		return nil, status.Errorf(codes.Internal, "intervene: unreadable answer from server %d: %v", owner, err)
 	}
 	return out, nil
 }
@@ -155,9 +113,15 @@ func (s *Server) deliverIntervention(r *aionv1.InterveneRequest) (*aionv1.Interv
 		return out, nil
 	}
 	s.log.Info("intervention delivered", "namespace", r.GetNamespace(), "activity", r.GetId(), "attempt", attempt,
-		"worker", w.ID(), "intervention", out.InterventionId, "command", fmt.Sprintf("%T", r.GetCommand().GetCommand()))
+		"worker", w.ID(), "intervention", out.InterventionId, "command", kindOf(r.GetCommand()))
 	out.Outcome = aionv1.InterventionOutcome_INTERVENTION_OUTCOME_DELIVERED
 	return out, nil
+}
+
+// kindOf names a command for logs.
+func kindOf(cmd *aionv1.InterventionCommand) string {
+	kind, _, _ := wire.Of(cmd)
+	return kind
 }
 
 func newInterventionID() string {

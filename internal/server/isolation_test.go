@@ -79,9 +79,9 @@ var isoRoles = []isoRole{
 	{auth.RoleClient, []isoOp{opSchedule, opBatch, opGet, opList, opWait, opCancel, opIntervene, opNamespaceGet, opNamespaceList}},
 	{auth.RoleAdmin, []isoOp{opSchedule, opBatch, opGet, opList, opWait, opCancel, opIntervene, opRegister, opDrain, opPlace,
 		opCreate, opNamespaceGet, opNamespaceList, opListWorkers, opWatch}},
-	// Watch needs a reader granted "*" (it is not a scoped view for readers);
-	// a scoped reader's watch is PermissionDenied, which the model does not
-	// tell apart from a namespace refusal, so readers here do not watch.
+	// Watch needs a reader granted "*" (it is not a scoped view for readers):
+	// isoKey.may lets such a reader watch; a scoped reader's watch is
+	// PermissionDenied.
 	{auth.RoleReader, []isoOp{opGet, opList, opWait, opNamespaceGet, opNamespaceList, opListWorkers}},
 }
 
@@ -112,7 +112,12 @@ type isoKey struct {
 
 func (k *isoKey) allows(ns string) bool { return k.all || slices.Contains(k.grants, ns) }
 
-func (k *isoKey) may(op isoOp) bool { return k.role != nil && slices.Contains(k.role.may, op) }
+func (k *isoKey) may(op isoOp) bool {
+	if op == opWatch && k.all && k.role != nil && k.role.role == auth.RoleReader {
+		return true // a reader granted "*" watches the whole cluster view
+	}
+	return k.role != nil && slices.Contains(k.role.may, op)
+}
 
 func (k *isoKey) opts() []grpc.CallOption {
 	if k.secret == "" {

@@ -426,7 +426,7 @@ func TestLargeWaitingPayloadsAreDeliveredWholeFromTheStore(t *testing.T) {
 	// Restart before any worker came: recovery leaves large payloads in
 	// the store too.
 	later := scheduleLarge(t, b, "later", 2)
-	if err := b.srv.Shutdown(context.Background()); err != nil {
+	if err := b.srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	receive(setup(t, func(c *server.Config) { c.DataDir = dir }), "later", later)
@@ -439,9 +439,7 @@ func BenchmarkPendingLargePayloadsHeap(b *testing.B) {
 	ctx := context.Background()
 	payload := bytes.Repeat([]byte("p"), 2<<20-4096)
 	for b.Loop() {
-		cfg := server.Defaults()
-		cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", b.TempDir(), "normal"
-		srv, err := server.Start(ctx, cfg, nil)
+		srv, err := startServer(ctx, servertest.Config(b.TempDir()), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -463,7 +461,7 @@ func BenchmarkPendingLargePayloadsHeap(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/(1<<20), "MB-held")
 		cc.Close()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := srv.Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -80,7 +80,7 @@ func TestClusterServerStopsWhenTheDatabaseGoesAway(t *testing.T) {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cfg.Store, cfg.ServerName, cfg.Lease = dsn[:i]+proxy.lis.Addr().String()+dsn[j:], "cut-off", time.Second
-	srv, err := server.Start(context.Background(), cfg, nil)
+	srv, err := startServer(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestClusterServerStopsWhenTheDatabaseGoesAway(t *testing.T) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := srv.Stop(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Logf("shutdown without a database: %v", err) // leaving the cluster cannot succeed now
 	}
 }

@@ -27,7 +27,7 @@ func TestServerOnPostgres(t *testing.T) {
 		t.Fatalf("activity = %v", a)
 	}
 	b.schedule(t, &aionv1.ScheduleRequest{Namespace: "pg", Id: "later", ActivityType: "nobody-yet"})
-	if err := b.srv.Shutdown(context.Background()); err != nil {
+	if err := b.srv.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	b2 := setup(t, onPG)

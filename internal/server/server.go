@@ -1,10 +1,13 @@
 // Package server is aion's edge: the gRPC services (worker stream, activity,
-// namespace), gRPC health and reflection, and the HTTP side (health and
-// readiness). It wires the store, the namespace plane, the registry and the
-// engine together, and maps their errors to gRPC status codes.
+// namespace, cluster), gRPC health and reflection, and the HTTP side
+// (health, readiness, metrics, the JSON API, the event stream, the console).
+// It wires the store, the namespace plane, the registry, the engine and, on a
+// shared store, the cluster membership together, and maps their errors to
+// gRPC status codes.
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,18 +19,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/auth"
+	"github.com/aion-run/aion/internal/cluster"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/metrics"
-	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -44,21 +46,29 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Server is one running aion node.
+// Server is one running aion server: on SQLite alone, on PostgreSQL a
+// member of a cluster (a cluster of one when alone).
+//
+// Server, engine and cluster membership share one life cycle: New builds and
+// starts nothing that runs, Start starts the goroutines the value owns, and
+// Stop returns once every one of them has ended.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	st      store.Store
+	where   string // the store, for the log
 	minter  *namespace.Minter
 	reg     *registry.Registry
 	eng     *engine.Engine
 	bus     *events.Bus
 	metrics *metrics.Metrics
 	authn   auth.Authenticator
+	tls     *tls.Config
 
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
 	receiving     *receiveBudget
+	receiveRate   *receiveRate
 	decoder       *decoder
 	clientStreams map[string]bool
 
@@ -69,145 +79,128 @@ type Server struct {
 	httpLis  net.Listener
 	bg       sync.WaitGroup
 	stopBG   context.CancelFunc
+	serving  sync.WaitGroup
 	serveErr chan error
 
 	connsMu sync.Mutex
 	conns   map[registry.WorkerID]*conn
 
-	// member is this server's cluster membership; nil on SQLite.
-	member *member
+	// cluster is this server's cluster membership and self what Join
+	// recorded; cluster is nil on SQLite.
+	cluster *cluster.Membership
+	self    cluster.Self
 
 	ready        atomic.Bool
 	shuttingDown atomic.Bool
-	memberLost   atomic.Bool
+	clusterLost  atomic.Bool
 	drainUntil   atomic.Int64
 	stopOnce     sync.Once
+	stopErr      error
 	httpOpen     atomic.Int64 // HTTP connections open
 }
 
-// Start opens the store, recovers open activities, and starts serving. The
-// caller must call Shutdown.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+// New checks cfg (Config.Validate), opens the store and the listeners, joins
+// the cluster when the store is shared, and wires the parts together.
+// Nothing is served until Start. Once New succeeded the caller must call
+// Stop, whether or not Start ran or succeeded.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.HeartbeatWindow <= 0 {
-		return nil, fmt.Errorf("heartbeat window: %v, want more than zero", cfg.HeartbeatWindow)
-	}
-	if cfg.DrainTimeout < 0 {
-		return nil, fmt.Errorf("drain timeout: %v is negative", cfg.DrainTimeout)
-	}
-	if cfg.SQLiteSync == "" {
-		cfg.SQLiteSync = "full"
-	}
-	if err := checkExposure(cfg); err != nil {
+	s := &Server{cfg: cfg, log: log, bus: events.New(), conns: make(map[registry.WorkerID]*conn),
+		serveErr: make(chan error, 3)}
+	if err := s.open(ctx); err != nil {
+		s.release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := cfg.Conn.validate(); err != nil {
-		return nil, err
+	s.wire()
+	return s, nil
+}
+
+// open acquires what the server holds: the key files, the listeners, the
+// store and, on a shared store, its cluster membership.
+func (s *Server) open(ctx context.Context) error {
+	var err error
+	if s.authn, err = newAuthenticator(s.cfg.Auth); err != nil {
+		return err
 	}
-	if cfg.MaxPendingBytesPerNamespace < 0 || cfg.MaxListBytes < 0 {
-		return nil, fmt.Errorf("--max-pending-bytes-per-namespace %d / --max-list-bytes %d: must not be negative",
-			cfg.MaxPendingBytesPerNamespace, cfg.MaxListBytes)
+	if s.tls, err = loadTLS(s.cfg); err != nil {
+		return err
 	}
-	authn, err := newAuthenticator(cfg.Auth)
+	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen for gRPC on %s: %w", s.cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", s.cfg.HTTPAddr, err)
+	}
+	if s.st, s.where, err = openStore(ctx, s.cfg, s.log); err != nil {
+		return err
+	}
+	cl, ok := s.st.(store.Cluster)
+	if !ok {
+		return nil
+	}
+	name := cmp.Or(s.cfg.ServerName, defaultServerName(s.grpcLis.Addr()))
+	s.self, err = cluster.Join(ctx, cl, store.JoinRequest{Name: name, Addr: s.grpcLis.Addr().String(), Lease: s.cfg.Lease}, s.log)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	tlsConfig, err := loadTLS(cfg)
-	if err != nil {
-		return nil, err
+	s.log = s.log.With("server_name", name)
+	s.log.Info("joined cluster", "server_id", s.self.ID, "lease", s.cfg.Lease)
+	return nil
+}
+
+// release lets go of what open acquired, in reverse: the cluster membership
+// (whatever this server still runs is handed over at once), the store, the
+// listeners.
+func (s *Server) release(ctx context.Context) error {
+	var errs []error
+	if s.self.ID != 0 {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		errs = append(errs, cluster.Leave(lctx, s.st.(store.Cluster), s.self))
 	}
-	if cfg.Lease < 300*time.Millisecond {
-		return nil, fmt.Errorf("--lease: %v, want at least 300ms", cfg.Lease)
+	if s.st != nil {
+		errs = append(errs, s.st.Close())
 	}
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
-	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		grpcLis.Close()
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
-	}
-	st, where, err := openStore(ctx, cfg, log)
-	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: log, st: st, conns: make(map[registry.WorkerID]*conn),
-		bus: events.New(), authn: authn, grpcLis: grpcLis, httpLis: httpLis}
-	fail := func(error) {
-		grpcLis.Close()
-		httpLis.Close()
-		st.Close()
-	}
-	var regOpts registry.Options
-	var clusterCfg *engine.ClusterConfig
-	if cl, ok := st.(store.Cluster); ok {
-		name := cfg.ServerName
-		if name == "" {
-			name = defaultServerName(grpcLis.Addr())
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close() // closed already once served
 		}
-		if err := checkServerName(name); err != nil {
-			fail(err)
-			return nil, err
-		}
-		if s.member, err = joinCluster(ctx, s, cl, name, grpcLis.Addr().String(), cfg.Lease); err != nil {
-			fail(err)
-			return nil, err
-		}
-		regOpts.Server = name
-		regOpts.FirstID = registry.WorkerID(s.member.self.ID)*workerIDBlock + 1
-		clusterCfg = &engine.ClusterConfig{Store: cl, Self: s.member.self.ID, ForwardCancel: s.member.forwardCancel}
-		log = log.With("server_name", name)
-		s.log = log
-		log.Info("joined cluster", "server_id", s.member.self.ID, "lease", cfg.Lease)
 	}
+	return errors.Join(errs...)
+}
+
+// wire builds the parts over what open acquired: metrics, namespace minter,
+// worker registry, engine, cluster membership, and the gRPC and HTTP
+// servers. Nothing runs yet.
+func (s *Server) wire() {
+	cfg := s.cfg
 	s.metrics = metrics.New(s.backlog)
-	s.minter = namespace.NewMinter(st, cfg.AutoCreate, func(ns store.Namespace) {
-		s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
-		s.eng.NoteNamespace(ns)
-		s.bus.Publish(namespaceEvent(events.NamespaceCreated, ns))
-		if s.member != nil {
-			s.member.announceNamespace(ns.Name)
-		}
-	})
+	s.minter = namespace.NewMinter(s.st, cfg.AutoCreate, s.namespaceCreated)
 	s.minter.SetLimits(namespace.Limits{PerRequest: cfg.MaxMintPerRequest, Total: cfg.MaxNamespaces})
-	regOpts.Admission = s.minter
-	regOpts.Hooks = registry.Hooks{
-		Connected: func(w registry.WorkerInfo) {
-			s.bus.Publish(events.Event{Kind: events.WorkerConnected, Worker: &w})
-			if s.member != nil {
-				s.member.putWorker(w)
-			}
-		},
-		Draining: func(w registry.WorkerInfo) {
-			s.log.Info("worker draining", "worker", w.ID)
-			s.bus.Publish(events.Event{Kind: events.WorkerDraining, Worker: &w})
-			if s.member != nil {
-				s.member.putWorker(w)
-			}
-		},
-		Disconnected: func(w registry.WorkerInfo, reason registry.Reason) {
-			s.metrics.WorkerLeft(string(reason))
-			s.bus.Publish(events.Event{Kind: events.WorkerDisconnected, Worker: &w, Reason: reason})
-			if s.member != nil {
-				s.member.workerLeft(w, reason)
-			}
-		},
-		NamespaceWorkers: s.metrics.NamespaceWorkers,
+	regOpts := registry.Options{Admission: s.minter, Hooks: s.registryHooks()}
+	var clusterCfg *engine.ClusterConfig
+	cl, clustered := s.st.(store.Cluster)
+	if clustered {
+		regOpts.Server, regOpts.FirstID = s.self.Name, cluster.FirstWorkerID(s.self.ID)
+		clusterCfg = &engine.ClusterConfig{Store: cl, Self: s.self.ID,
+			ForwardCancel: func(ctx context.Context, owner store.ServerID, ns, id, reason string) {
+				s.cluster.ForwardCancel(ctx, owner, ns, id, reason)
+			}}
 	}
 	s.reg = registry.New(regOpts)
 	s.eng = engine.New(engine.Config{
 		Cluster:                 clusterCfg,
-		Store:                   st,
+		Store:                   s.st,
 		Registry:                s.reg,
 		Minter:                  s.minter,
 		Defaults:                engine.DefaultDefaults(),
 		MaxPayload:              limit.Payload,
-		Log:                     log,
+		Log:                     s.log,
 		Observer:                s.metrics,
 		MaxPendingPerNamespace:  cfg.MaxPendingPerNamespace,
 		MaxInFlightPerNamespace: cfg.MaxInFlightPerNamespace,
@@ -216,32 +209,75 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		MaxPendingBytesPerNamespace: cfg.MaxPendingBytesPerNamespace,
 		MaxListBytes:                cfg.MaxListBytes,
 	})
-	stopEarly := func(err error) (*Server, error) {
-		s.eng.Close()
-		if s.member != nil {
-			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.member.cl.Leave(lctx, s.member.self.ID)
-		}
-		fail(err)
-		return nil, err
+	if clustered {
+		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
+			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,
+			Lost: s.lostCluster, Log: s.log})
 	}
-	namespaces, err := st.ListNamespaces(ctx)
-	if err != nil {
-		return stopEarly(err)
+	s.grpc = s.grpcServer()
+	s.http = httpServer(s.httpAuth(s.httpMux()), cfg.Conn, &s.httpOpen)
+	if s.tls != nil {
+		s.httpLis = tls.NewListener(s.httpLis, s.tls)
 	}
-	s.bus.Seed(namespaces)
-	n, err := s.eng.Recover(ctx)
-	if err != nil {
-		return stopEarly(err)
-	}
-	if s.member != nil {
-		log.Info("store opened", "store", where, "mode", "cluster: open work stays in the store, claimed per worker")
-	} else {
-		log.Info("store opened", "store", where, "open_activities", n)
-	}
+}
 
-	s.receiving = newReceiveBudget(cfg.MaxReceiveMemory)
+// namespaceCreated is told by the minter about every namespace it created.
+func (s *Server) namespaceCreated(ns store.Namespace) {
+	s.log.Info("namespace created", "namespace", ns.Name, "origin", ns.Origin)
+	s.eng.NoteNamespace(ns)
+	s.bus.Publish(namespaceEvent(events.NamespaceCreated, ns))
+	if s.cluster != nil {
+		s.cluster.AnnounceNamespace(ns.Name)
+	}
+}
+
+// registryHooks publish worker arrivals, drains and departures on the bus,
+// in the metrics and, in a cluster, to the other servers.
+func (s *Server) registryHooks() registry.Hooks {
+	return registry.Hooks{
+		Connected: func(w registry.WorkerInfo) {
+			s.bus.Publish(events.Event{Kind: events.WorkerConnected, Worker: &w})
+			if s.cluster != nil {
+				s.cluster.WorkerChanged(w)
+			}
+		},
+		Draining: func(w registry.WorkerInfo) {
+			s.log.Info("worker draining", "worker", w.ID)
+			s.bus.Publish(events.Event{Kind: events.WorkerDraining, Worker: &w})
+			if s.cluster != nil {
+				s.cluster.WorkerChanged(w)
+			}
+		},
+		Disconnected: func(w registry.WorkerInfo, reason registry.Reason) {
+			s.metrics.WorkerLeft(string(reason))
+			s.bus.Publish(events.Event{Kind: events.WorkerDisconnected, Worker: &w, Reason: reason})
+			if s.cluster != nil {
+				s.cluster.WorkerLeft(w, reason)
+			}
+		},
+		NamespaceWorkers: s.metrics.NamespaceWorkers,
+	}
+}
+
+// lostCluster is told that this server's cluster membership ended without it
+// leaving: it stops, as Err reports.
+func (s *Server) lostCluster(err error) {
+	s.clusterLost.Store(true)
+	s.log.Error("stopping: this server is no longer a cluster member", "err", err)
+	select {
+	case s.serveErr <- err:
+	default:
+	}
+}
+
+// grpcServer builds the gRPC server with every service registered.
+func (s *Server) grpcServer() *grpc.Server {
+	s.receiving = newReceiveBudget(s.cfg.MaxReceiveMemory)
+	rate := s.cfg.MaxReceiveRate
+	if s.cfg.Auth.Mode == "" || s.cfg.Auth.Mode == "none" {
+		rate = 0 // every caller is the same anonymous one: nobody to tell apart
+	}
+	s.receiveRate = newReceiveRate(rate, time.Now)
 	s.decoder = newDecoder()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
@@ -252,10 +288,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
-	opts = append(opts, connectionOptions(cfg.Conn)...)
-	if tlsConfig != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
-		s.httpLis = tls.NewListener(s.httpLis, tlsConfig)
+	opts = append(opts, connectionOptions(s.cfg.Conn)...)
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})
@@ -271,7 +306,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			s.clientStreams["/"+svc+"/"+m.Name] = m.IsClientStream
 		}
 	}
+	return s.grpc
+}
 
+// httpMux routes the HTTP side: health, readiness, metrics, the JSON API,
+// the console, and Go profiles when asked for.
+func (s *Server) httpMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -286,71 +326,101 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	mux.Handle("GET /metrics", s.metrics.Handler())
 	s.routeAPI(mux)
 	web.Mount(mux) // the ops console: "/" and "/assets/"
-	if cfg.Pprof {
+	if s.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.http = httpServer(s.httpAuth(mux), cfg.Conn, &s.httpOpen)
+	return mux
+}
+
+// Start recovers the open work, starts the engine, the cluster membership
+// and the server's own goroutines, and serves gRPC and HTTP. On an error
+// the caller still calls Stop.
+func (s *Server) Start(ctx context.Context) error {
+	namespaces, err := s.st.ListNamespaces(ctx)
+	if err != nil {
+		return err
+	}
+	s.bus.Seed(namespaces)
+	if err := s.eng.Start(ctx); err != nil {
+		return err
+	}
+	if s.cluster != nil {
+		if err := s.cluster.Start(ctx); err != nil {
+			return err
+		}
+		s.log.Info("store opened", "store", s.where, "mode", "cluster: open work stays in the store, claimed per worker")
+	} else {
+		s.log.Info("store opened", "store", s.where)
+	}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
-	s.serveErr = make(chan error, 3)
 	s.bg.Add(2)
 	go s.sweep(bgCtx)
 	go s.publishPoolStats(bgCtx, time.Second)
-	if s.member != nil {
-		s.member.start(bgCtx, &s.bg, func(err error) {
-			s.memberLost.Store(true)
-			log.Error("stopping: this server is no longer a cluster member", "err", err)
-			select {
-			case s.serveErr <- err:
-			default:
-			}
-		})
-	}
-	go func() { s.serveErr <- s.grpc.Serve(s.grpcLis) }()
+	s.serving.Add(2)
 	go func() {
+		defer s.serving.Done()
+		if err := s.grpc.Serve(s.grpcLis); err != nil {
+			s.failed(err)
+		}
+	}()
+	go func() {
+		defer s.serving.Done()
 		if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-			s.serveErr <- err
+			s.failed(err)
 		}
 	}()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.ready.Store(true)
-	log.Info("serving", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
-	return s, nil
+	s.log.Info("serving", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
+	return nil
+}
+
+// failed reports a listener that stopped serving on Err.
+func (s *Server) failed(err error) {
+	select {
+	case s.serveErr <- err:
+	default:
+	}
 }
 
 // openStore opens the configured store and says where it is, for the log.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, string, error) {
-	switch {
-	case cfg.Store == "":
-		path := filepath.Join(cfg.DataDir, "aion.db")
-		st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(cfg.SQLiteSync), sqlite.WithAcceptDataLoss(cfg.AcceptDataLoss))
-		if errors.Is(err, sqlite.ErrDataLoss) {
-			return nil, "", fmt.Errorf("%w. Refusing to start: restore the data directory from a backup, "+
-				"or start once with --accept-data-loss to run on what is there", err)
-		}
-		if err != nil {
-			return nil, "", err
-		}
-		if loss := st.AcceptedLoss(); loss != nil {
-			lost := loss.Lost()
-			log.Error("starting on a damaged database, accepting the loss (--accept-data-loss)", "err", loss,
-				"lost_commits", lost.Commits, "lost_writes", lost.Writes, "lost_activities", lost.Activities)
-		} else if cfg.AcceptDataLoss {
-			log.Warn("--accept-data-loss is set: a missing, empty or damaged database would start without refusing; remove it once the loss is accepted")
-		}
-		return st, "sqlite " + path + " synchronous=" + cfg.SQLiteSync, nil
-	case strings.HasPrefix(cfg.Store, "postgres://"), strings.HasPrefix(cfg.Store, "postgresql://"):
+	if cfg.Store != "" {
 		st, err := postgres.Open(ctx, cfg.Store)
 		if err != nil {
 			return nil, "", err
 		}
 		return st, "postgres " + redact(cfg.Store), nil
 	}
-	return nil, "", fmt.Errorf("--store %q: want empty (SQLite under --data-dir) or a postgres:// URL", redact(cfg.Store))
+	path := filepath.Join(cfg.DataDir, "aion.db")
+	mode := cmp.Or(cfg.SQLiteSync, "full")
+	st, err := sqlite.Open(ctx, path, sqlite.WithSynchronous(mode), sqlite.WithAcceptDataLoss(cfg.AcceptDataLoss))
+	if errors.Is(err, sqlite.ErrDataLoss) {
+		return nil, "", fmt.Errorf("%w. Refusing to start: restore the data directory from a backup, "+
+			"or start once with --accept-data-loss to run on what is there", err)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if loss := st.AcceptedLoss(); loss != nil {
+		lost := loss.Lost()
+		log.Error("starting on a damaged database, accepting the loss (--accept-data-loss)", "err", loss,
+			"lost_commits", lost.Commits, "lost_writes", lost.Writes, "lost_activities", lost.Activities)
+	} else if cfg.AcceptDataLoss {
+		log.Warn("--accept-data-loss is set: a missing, empty or damaged database would start without refusing; remove it once the loss is accepted")
+	}
+	// Log the mode SQLite applies, read back, not the one asked for.
+	applied, err := st.Synchronous(ctx)
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	return st, "sqlite " + path + " synchronous=" + applied, nil
 }
 
 // redact drops the password from a URL before it is logged.
@@ -381,21 +451,61 @@ func (s *Server) drainDeadline() time.Time {
 	return time.Now().Add(s.cfg.DrainTimeout)
 }
 
-// Shutdown drains: new streams are refused, every worker is asked to drain,
+// Stop drains: new streams are refused, every worker is asked to drain,
 // and in-flight attempts get up to the drain timeout (or until ctx ends) to
 // finish. Whatever is still running then is recorded as lost and retried on
-// the next start. Then the listeners and the store close.
-func (s *Server) Shutdown(ctx context.Context) error {
-	var err error
-	s.stopOnce.Do(func() { err = s.shutdown(ctx) })
-	return err
+// the next start (in a cluster, at once on another server). Then the
+// listeners, the goroutines, the engine and the store stop, and the server
+// leaves its cluster. Stop returns once everything it started has ended;
+// calling it again returns the first call's result.
+func (s *Server) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
+	return s.stopErr
 }
 
-func (s *Server) shutdown(ctx context.Context) error {
+func (s *Server) stop(ctx context.Context) error {
 	s.shuttingDown.Store(true)
 	s.health.Shutdown()
+	s.drain(ctx)
+	s.bus.Close()          // ends Watch streams and event-stream requests
+	s.eng.ReleaseWaiters() // ends Wait long polls; clients retry on the next server
+	s.connsMu.Lock()
+	for _, c := range s.conns {
+		c.end(status.Error(codes.Unavailable, "server is shutting down"))
+	}
+	s.connsMu.Unlock()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer hcancel()
+	herr := s.http.Shutdown(hctx)
+	s.serving.Wait()
+	if s.stopBG != nil {
+		s.stopBG()
+	}
+	s.bg.Wait()
+	// The membership's loops stop before the engine, and the server leaves
+	// only after it: its last results are written while it still owns
+	// their activities, and whatever still runs is then handed over at once.
+	var cerr error
+	if s.cluster != nil {
+		cerr = s.cluster.Stop(ctx)
+	}
+	eerr := s.eng.Stop(ctx)
+	return errors.Join(herr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
+}
+
+// drain asks every worker to drain and waits, up to the drain timeout or
+// until ctx ends, for their attempts to finish and their streams to close.
+func (s *Server) drain(ctx context.Context) {
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
-	if s.memberLost.Load() {
+	if s.clusterLost.Load() {
 		// Other servers are taking this one's work over; results here
 		// could not be written, so there is nothing to wait for.
 		deadline = time.Now()
@@ -413,47 +523,15 @@ func (s *Server) shutdown(ctx context.Context) error {
 		case <-dctx.Done():
 			s.log.Warn("drain timeout reached; unfinished attempts will be retried after restart",
 				"in_flight", s.eng.InFlight(), "workers", s.connected())
-			goto stop
+			return
 		case <-tick.C:
 		}
 	}
-stop:
-	s.bus.Close()          // ends Watch streams and event-stream requests
-	s.eng.ReleaseWaiters() // ends Wait long polls; clients retry on the next server
-	s.connsMu.Lock()
-	for _, c := range s.conns {
-		c.end(status.Error(codes.Unavailable, "server is shutting down"))
-	}
-	s.connsMu.Unlock()
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		s.grpc.Stop()
-		<-stopped
-	}
-	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer hcancel()
-	herr := s.http.Shutdown(hctx)
-	s.stopBG()
-	s.bg.Wait()
-	s.eng.Close()
-	var lerr error
-	if s.member != nil {
-		// Whatever still runs here is handed to the other servers now,
-		// rather than after the lease runs out.
-		lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer lcancel()
-		if err := s.member.cl.Leave(lctx, s.member.self.ID); err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			lerr = err
-		}
-	}
-	return errors.Join(herr, lerr, s.st.Close())
 }
 
 // defaultServerName is the host name and the gRPC port, which tells servers
-// on one host apart.
+// on one host apart (and stays within the name rules: a host name has at
+// most 64 bytes of letters, digits, '-' and '.').
 func defaultServerName(addr net.Addr) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -465,22 +543,21 @@ func defaultServerName(addr net.Addr) string {
 	return host
 }
 
-func checkServerName(n string) error {
-	if err := name.Check("server_name", n, name.MaxName); err != nil {
-		return fmt.Errorf("--server-name: %w", err)
-	}
-	return nil
-}
-
-// Run starts a server with cfg and serves until ctx ends, then drains and
-// stops. It is what `aion server` and `aion dev` run.
+// Run starts a server with cfg and serves until ctx ends or the server
+// fails, then stops it. It is what `aion server` and `aion dev` run.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Dev {
 		log.Warn("dev mode: authorization is off, every caller may use every namespace", "data_dir", cfg.DataDir)
 	}
-	s, err := Start(ctx, cfg, log)
+	s, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 	}
 	select {
 	case <-ctx.Done():
@@ -488,7 +565,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case err = <-s.Err():
 		log.Error("stopping after a failure", "err", err)
 	}
-	return errors.Join(err, s.Shutdown(context.Background()))
+	return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 }
 
 // backlog adapts the engine's backlog for the metrics collector.

@@ -2,16 +2,16 @@ package server_test
 
 import (
 	"context"
-	"io"
+	"errors"
 	"log/slog"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,19 +35,11 @@ type setupOpt func(*server.Config)
 // setup starts a real server on loopback ports with its own data dir.
 func setup(t *testing.T, opts ...setupOpt) *bundle {
 	t.Helper()
-	cfg := server.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.SQLiteSync = "normal"
-	cfg.DrainTimeout = 5 * time.Second
+	cfg := servertest.Config(t.TempDir())
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("AION_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	srv, err := server.Start(context.Background(), cfg, log)
+	srv, err := startServer(context.Background(), cfg, servertest.Logger())
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
@@ -57,14 +49,27 @@ func setup(t *testing.T, opts ...setupOpt) *bundle {
 	}
 	t.Cleanup(func() {
 		cc.Close()
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
 		}
 	})
 	return &bundle{srv: srv, cc: cc,
 		activities: aionv1.NewActivityServiceClient(cc),
 		namespaces: aionv1.NewNamespaceServiceClient(cc),
 		workers:    aionv1.NewWorkerServiceClient(cc)}
+}
+
+// startServer builds and starts a server as `aion server` does; on success
+// the caller stops it.
+func startServer(ctx context.Context, cfg server.Config, log *slog.Logger) (*server.Server, error) {
+	srv, err := server.New(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, errors.Join(err, srv.Stop(context.Background()))
+	}
+	return srv, nil
 }
 
 // rawWorker speaks the worker protocol frame by frame.

@@ -12,6 +12,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
@@ -509,7 +510,7 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 	}
 	var caps registry.Capabilities
 	for i, p := range r.GetCapabilities() {
-		c, ok := capabilityOf[p]
+		c, ok := wire.FromProto(p)
 		if !ok {
 			return registry.Spec{}, fmt.Errorf("capabilities[%d]: %v is not an intervention primitive: %w", i, p, errInvalid)
 		}

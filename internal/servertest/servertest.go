@@ -5,12 +5,16 @@
 //	srv := servertest.Start(t)
 //	c, _ := client.Dial(ctx, srv.Addr)
 //
-// A server is shut down when the test ends (after the test's later cleanups,
+// A server is stopped when the test ends (after the test's later cleanups,
 // such as stopping a worker, have run). Restart stops it and starts a new one
 // on the same address and data directory, as a process restart would.
+//
+// Config is the one test configuration: tests that start a server by hand
+// start from it, and Background runs a server for runnable examples.
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,18 +62,20 @@ func HeartbeatWindow(d time.Duration) Option {
 	return func(c *server.Config) { c.HeartbeatWindow = d }
 }
 
-// DrainTimeout bounds how long Shutdown waits for in-flight work.
+// DrainTimeout bounds how long Stop waits for in-flight work.
 func DrainTimeout(d time.Duration) Option {
 	return func(c *server.Config) { c.DrainTimeout = d }
 }
 
-// defaultConfig is the configuration Start uses before options: loopback
-// ports chosen by the kernel, a fresh data directory, synchronous=normal
-// (tests need not survive power loss), a 5s drain timeout.
-func defaultConfig(t testing.TB) server.Config {
+// Config is the one configuration of a test server, which Start uses
+// before options and which tests that start a server by hand begin from:
+// loopback ports chosen by the kernel, the embedded SQLite store in
+// dataDir with synchronous=normal (tests need not survive power loss), a
+// 5s drain timeout.
+func Config(dataDir string) server.Config {
 	cfg := server.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dataDir
 	cfg.SQLiteSync = "normal"
 	cfg.DrainTimeout = 5 * time.Second
 	return cfg
@@ -78,7 +84,7 @@ func defaultConfig(t testing.TB) server.Config {
 // Start runs a real server and shuts it down when the test ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	cfg := defaultConfig(t)
+	cfg := Config(t.TempDir())
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -94,7 +100,7 @@ func start(t testing.TB, cfg server.Config) *Server {
 	// A port given back by a previous server may be held for a moment by
 	// someone else's outgoing connection; try again briefly.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		srv, err = server.Start(context.Background(), cfg, Logger())
+		srv, err = server.New(context.Background(), cfg, Logger())
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
 			break
 		}
@@ -102,19 +108,53 @@ func start(t testing.TB, cfg server.Config) *Server {
 	if err != nil {
 		t.Fatalf("servertest: start server on %s: %v", cfg.GRPCAddr, err)
 	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Errorf("servertest: start server on %s: %v", cfg.GRPCAddr, err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("servertest: stop %s: %v", cfg.GRPCAddr, err)
+		}
+		t.FailNow()
+	}
 	cfg.GRPCAddr = srv.GRPCAddr()
 	s := &Server{Server: srv, Addr: srv.GRPCAddr(), Config: cfg, left: make(map[registry.WorkerID]registry.Reason)}
 	_, sub := srv.Events().Subscribe(1 << 12)
 	watched := make(chan struct{})
 	go s.watch(sub, watched)
 	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Errorf("servertest: shutdown %s: %v", s.Addr, err)
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("servertest: stop %s: %v", s.Addr, err)
 		}
 		sub.Close()
 		<-watched
 	})
 	return s
+}
+
+// Background starts a server outside a test, for runnable examples, which
+// have no testing.T: the Config of a test server on a new temporary
+// directory. stop shuts the server down and removes the directory. Either
+// panics on failure, since an example has no other way to fail.
+func Background() (addr string, stop func()) {
+	dir, err := os.MkdirTemp("", "aion-example-")
+	if err != nil {
+		panic(fmt.Sprintf("servertest: temporary data directory: %v", err))
+	}
+	srv, err := server.New(context.Background(), Config(dir), Logger())
+	if err == nil {
+		if err = srv.Start(context.Background()); err != nil {
+			err = errors.Join(err, srv.Stop(context.Background()))
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		panic(fmt.Sprintf("servertest: start server: %v", err))
+	}
+	return srv.GRPCAddr(), func() {
+		defer os.RemoveAll(dir)
+		if err := srv.Stop(context.Background()); err != nil {
+			panic(fmt.Sprintf("servertest: shutdown %s: %v", srv.GRPCAddr(), err))
+		}
+	}
 }
 
 // watch records why each worker left, until the bus closes.
@@ -148,12 +188,12 @@ func (s *Server) DisconnectReason(t testing.TB, id registry.WorkerID) registry.R
 	return r
 }
 
-// Restart shuts the server down (draining its workers, as Shutdown does)
-// and starts a new one on the same address and data directory.
+// Restart stops the server (draining its workers, as Stop does) and starts
+// a new one on the same address and data directory.
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
-	if err := s.Shutdown(context.Background()); err != nil {
-		t.Fatalf("servertest: shutdown before restart: %v", err)
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("servertest: stop before restart: %v", err)
 	}
 	return s.StartAgain(t)
 }
@@ -165,11 +205,10 @@ func (s *Server) StartAgain(t testing.TB) *Server {
 	return start(t, s.Config)
 }
 
-// ShutdownAsync starts Shutdown in a goroutine; the channel yields its
-// result.
-func (s *Server) ShutdownAsync() <-chan error {
+// StopAsync starts Stop in a goroutine; the channel yields its result.
+func (s *Server) StopAsync() <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- s.Shutdown(context.Background()) }()
+	go func() { done <- s.Stop(context.Background()) }()
 	return done
 }
 
@@ -222,6 +261,27 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out after 10s waiting for %s", what)
+}
+
+// LogBuffer is a log sink that a server or a worker writes while the test
+// reads it. The zero value is ready to use.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Logger discards logs unless AION_TEST_LOG is set, then logs at debug

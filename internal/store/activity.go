@@ -150,6 +150,42 @@ type EndAttempt struct {
 func (InsertActivity) write() {}
 func (EndAttempt) write()     {}
 
+// writeKey names the namespace a write belongs to: the committer keeps the
+// order of writes within a namespace and may reorder writes across them.
+func writeKey(w Write) string {
+	switch w := w.(type) {
+	case InsertActivity:
+		return w.Activity.Namespace
+	case EndAttempt:
+		return w.Namespace
+	}
+	return ""
+}
+
+// writeBytes estimates the bytes a write puts in the store.
+func writeBytes(w Write) int {
+	switch w := w.(type) {
+	case InsertActivity:
+		return w.Activity.Size()
+	case EndAttempt:
+		n := 128 + len(w.Result) + len(w.HeartbeatDetails)
+		for _, f := range []*Failure{w.ActivityFailure, attemptFailure(w.Attempt)} {
+			if f != nil {
+				n += len(f.Message) + len(f.Type) + len(f.Details)
+			}
+		}
+		return n
+	}
+	return 0
+}
+
+func attemptFailure(a *Attempt) *Failure {
+	if a == nil {
+		return nil
+	}
+	return a.Failure
+}
+
 // ActivityFilter selects activities for List. Empty fields match all.
 type ActivityFilter struct {
 	Namespace    string

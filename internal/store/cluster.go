@@ -8,7 +8,7 @@ import (
 
 // ServerID names one server process in a cluster: it is drawn from the
 // database when the process joins and never reused, so a restarted server is
-// a new member with a new ID. 0 means none.
+// a new cluster member with a new ID. 0 means none.
 type ServerID int64
 
 // ErrLeaseLost reports that a server's membership ended without it leaving:
@@ -19,8 +19,8 @@ var ErrLeaseLost = errors.New("server lease lost")
 // ErrNameTaken reports that a live server already uses the name.
 var ErrNameTaken = errors.New("server name taken by a live server")
 
-// Member is one server of a cluster as the database records it.
-type Member struct {
+// ServerRecord is one server of a cluster as the database records it.
+type ServerRecord struct {
 	ID   ServerID
 	Name string
 	// Addr is the gRPC address the server advertised, for operators.
@@ -29,35 +29,81 @@ type Member struct {
 	LeaseUntil time.Time
 }
 
-// Claim asks for up to Limit ready activities of one triple for the workers
-// of one server that carry one node label.
+// JoinRequest asks to record a server as a cluster member.
+type JoinRequest struct {
+	// Name must be unique among the live servers.
+	Name string
+	// Addr is the gRPC address the server advertises, for operators.
+	Addr string
+	// Lease is how long the membership lasts without a renewal.
+	Lease time.Duration
+}
+
+// ReapedServer describes one server whose lease ran out and that was
+// removed.
+type ReapedServer struct {
+	Server ServerRecord
+	// Requeued counts its running attempts handed back for retry; Canceled
+	// counts those closed because a cancel was requested meanwhile.
+	Requeued, Canceled int
+	// Workers are the IDs of the workers it had connected, in order.
+	Workers []uint64
+}
+
+// ClaimRequest asks for ready work for the workers of one server, in one
+// round trip.
+type ClaimRequest struct {
+	// Owner is the claiming server; it owns what it claims.
+	Owner ServerID
+	// Now is the claim's time: the attempts start at it, and only work
+	// ready by then (or by the claim's ReadyBefore) is taken.
+	Now    time.Time
+	Claims []Claim
+}
+
+// Claim asks for ready activities of one triple for some workers of the
+// claiming server that carry one node label.
 type Claim struct {
 	Namespace, TaskQueue, ActivityType string
 	// Node is the node label of the workers the claim is for: activities
 	// pinned to it, or not pinned at all, match. Empty matches only
 	// activities without a pin.
-	Node  string
-	Limit int
-	// Workers, when set, name the worker each claimed activity will run on,
-	// in claim order (oldest first); the store records it with the running
-	// attempt.
+	Node string
+	// Workers are the workers the claimed activities will run on: the
+	// claim takes at most one activity per worker, the oldest for the
+	// first, and records each worker with its running attempt.
 	Workers []uint64
-	// ReadyBefore excludes activities that became ready after it (used to
-	// give servers with preferred-node workers a head start).
+	// ReadyBefore, when set, excludes activities that became ready after it
+	// (used to give servers with preferred-node workers a head start).
 	ReadyBefore time.Time
 }
 
-// Reaped describes one server whose lease ran out and that was removed.
-type Reaped struct {
-	Member Member
-	// Requeued counts its running attempts handed back for retry; Canceled
-	// counts those closed because a cancel was requested meanwhile.
-	Requeued, Canceled int
-	// Workers are the IDs of the workers it had connected.
-	Workers []uint64
+// ExpireRequest asks to close waiting work whose deadline passed.
+type ExpireRequest struct {
+	// Now is the time deadlines are measured against.
+	Now time.Time
+	// Limit caps the activities closed by one call.
+	Limit int
+	// Failure gives each due activity's failure; nil leaves it open.
+	Failure func(Activity) *Failure
 }
 
-// CancelOutcome is what RequestCancel did.
+// CancelRequest asks to cancel one activity on whichever server holds it.
+type CancelRequest struct {
+	Namespace, ID string
+	Reason        string
+	// Now is when a waiting activity is closed.
+	Now time.Time
+}
+
+// CancelResult is what RequestCancel did.
+type CancelResult struct {
+	Outcome CancelOutcome
+	// Owner is the server running the activity, for CancelForwarded.
+	Owner ServerID
+}
+
+// CancelOutcome says how RequestCancel handled an activity.
 type CancelOutcome int
 
 // The outcomes of RequestCancel.
@@ -71,6 +117,13 @@ const (
 	CancelClosed
 )
 
+// PendingCancel is a cancel request recorded on a running activity that its
+// owner has not applied yet.
+type PendingCancel struct {
+	Activity ActivityRef
+	Reason   string
+}
+
 // ActivityRef names one activity.
 type ActivityRef struct{ Namespace, ID string }
 
@@ -80,6 +133,12 @@ type WaitingBacklog struct {
 	Waiting              int
 	// OldestReadyAt is when the longest-waiting of them became ready.
 	OldestReadyAt time.Time
+}
+
+// OpenCount is what a namespace holds in activities not closed yet.
+type OpenCount struct {
+	Activities   int
+	PayloadBytes int64
 }
 
 // WorkerRecord is one connected worker as its server published it, so every
@@ -93,10 +152,11 @@ type WorkerRecord struct {
 
 // Message is a request or reply from one server to another.
 type Message struct {
-	ID   int64
-	From ServerID
-	Kind string
-	Body []byte
+	// ID is set by the store; SendMessage returns it.
+	ID       int64
+	From, To ServerID
+	Kind     string
+	Body     []byte
 	// Call pairs a reply with its request: the requester picks it and the
 	// replier copies it. 0 for a message that wants no reply.
 	Call int64
@@ -105,9 +165,11 @@ type Message struct {
 // Notice is a wake-up delivered to every server of a cluster.
 type Notice struct {
 	// Kind says what changed: NoticeWork (Triples hold the work's triples,
-	// nil for any), NoticeNamespace (Name), NoticeTopology (Name is the
-	// server ID whose workers changed), NoticeMessage (a message waits for
-	// this server) or NoticeReconnected (notices may have been missed).
+	// nil for any), NoticeNamespace (Name), NoticeTopology (Name says which
+	// server's workers changed: "<server id>", and from the store itself
+	// "<server id> lost <server name>" when a reap removed that server),
+	// NoticeMessage (a message waits for this server) or NoticeReconnected
+	// (notices may have been missed).
 	Kind    NoticeKind
 	Triples [][3]string
 	Name    string
@@ -126,76 +188,89 @@ const (
 )
 
 // Cluster is what lets several servers share one store. Only a backend that
-// several processes can open at once implements it.
+// several processes can open at once implements it, and it passes
+// storetest.RunCluster.
 //
 // In cluster mode every waiting activity lives only in the store; a server
 // claims work for the workers connected to it, owns what it claimed until the
 // attempt ends, and holds a lease that the others reap when it runs out.
+// Leases are measured on the store's clock alone, so servers with skewed
+// clocks agree on who is alive.
+//
+// Errors wrap ErrNotFound, ErrLeaseLost, ErrNameTaken or ErrUnavailable where
+// a caller may branch on them; no driver error type crosses this interface.
 type Cluster interface {
-	// Join records a new member with a lease and returns its ID. A live
-	// member with the same name makes it fail with ErrNameTaken.
-	Join(ctx context.Context, name, addr string, lease time.Duration) (Member, error)
-	// Renew extends the member's lease, or reports ErrLeaseLost.
-	Renew(ctx context.Context, id ServerID, lease time.Duration) error
-	// Leave hands the member's running attempts back for retry and removes
-	// it and its workers.
-	Leave(ctx context.Context, id ServerID) error
-	// Reap removes every member whose lease ended (on the store's clock):
-	// its running attempts are handed back for retry (or closed, when a
-	// cancel was requested) and its workers are removed.
-	Reap(ctx context.Context) ([]Reaped, error)
+	// JoinCluster records a server as a cluster member with a lease and
+	// returns its record with a new ID. A live server of the same name makes
+	// it fail with ErrNameTaken.
+	JoinCluster(ctx context.Context, r JoinRequest) (ServerRecord, error)
+	// RenewLease extends a server's lease to lease from now, or reports
+	// ErrLeaseLost when the server left or was reaped.
+	RenewLease(ctx context.Context, id ServerID, lease time.Duration) error
+	// LeaveCluster hands the server's running attempts back for retry and
+	// removes it, its workers and its messages; ErrLeaseLost when it was
+	// gone already.
+	LeaveCluster(ctx context.Context, id ServerID) error
+	// ReapServers removes every server whose lease ended: its running
+	// attempts are handed back for retry (or closed, when a cancel was
+	// requested) and its workers and messages are removed.
+	ReapServers(ctx context.Context) ([]ReapedServer, error)
 
-	// ClaimActivities takes ready activities for owner, oldest first, one
-	// result per claim; no activity is ever handed to two claims. Each comes
-	// back running, its Attempt the number of the attempt to start now.
-	ClaimActivities(ctx context.Context, owner ServerID, now time.Time, claims []Claim) ([][]Activity, error)
-	// Unclaim hands back an activity claimed by owner whose attempt never
-	// started.
-	Unclaim(ctx context.Context, owner ServerID, namespace, id string) error
-	// ExpireWaiting closes, as timed out, waiting activities whose
-	// schedule-to-start or schedule-to-close deadline passed by now, at most
-	// limit of them; failure gives each one's failure (nil leaves it open).
-	// It returns the closed ones.
-	ExpireWaiting(ctx context.Context, now time.Time, limit int, failure func(Activity) *Failure) ([]Activity, error)
+	// ClaimActivities takes ready activities for r.Owner, oldest first; no
+	// activity is ever handed to two claims. It returns one list per claim,
+	// in the order of r.Claims, like Apply: the i-th activity of a list runs
+	// on the claim's i-th worker. Each comes back running, its Attempt the
+	// number of the attempt to start now. A server whose lease ran out
+	// claims nothing.
+	ClaimActivities(ctx context.Context, r ClaimRequest) ([][]Activity, error)
+	// UnclaimActivity hands back an activity claimed by owner whose attempt
+	// never started; it is canceled instead when a cancel was requested.
+	// An activity owner does not run is left alone.
+	UnclaimActivity(ctx context.Context, owner ServerID, namespace, id string) error
+	// ExpireWaitingActivities closes, as timed out, waiting activities whose
+	// schedule-to-start or schedule-to-close deadline passed by r.Now, at
+	// most r.Limit of them, and returns the closed ones.
+	ExpireWaitingActivities(ctx context.Context, r ExpireRequest) ([]Activity, error)
 	// RequestCancel cancels a waiting activity at once, or records the
-	// request on a running one and names its owner.
-	RequestCancel(ctx context.Context, namespace, id, reason string, now time.Time) (CancelOutcome, ServerID, error)
-	// CancelRequests lists the activities owned by owner that a cancel was
-	// requested for, with the reason.
-	CancelRequests(ctx context.Context, owner ServerID) ([]Activity, []string, error)
-	// Owned lists the running activities owner holds in the store.
-	Owned(ctx context.Context, owner ServerID) ([]ActivityRef, error)
-	// OwnerOf names the member running an activity (0 when none).
-	OwnerOf(ctx context.Context, namespace, id string) (ServerID, error)
-	// RunningAttempt describes the attempt an activity is running, on
+	// request on a running one and names its owner. A missing activity is
+	// ErrNotFound.
+	RequestCancel(ctx context.Context, r CancelRequest) (CancelResult, error)
+	// ListCancelRequests lists, oldest first, the activities owned by owner
+	// that a cancel was requested for.
+	ListCancelRequests(ctx context.Context, owner ServerID) ([]PendingCancel, error)
+	// ListOwnedActivities lists the running activities owner holds.
+	ListOwnedActivities(ctx context.Context, owner ServerID) ([]ActivityRef, error)
+	// GetActivityOwner names the server running an activity (0 when it is
+	// not running or does not exist).
+	GetActivityOwner(ctx context.Context, namespace, id string) (ServerID, error)
+	// GetRunningAttempt describes the attempt an activity is running, on
 	// whichever server; nil when it is not running.
-	RunningAttempt(ctx context.Context, namespace, id string) (*Attempt, error)
-	// Waiting reports the waiting, ready work per pool.
-	Waiting(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
-	// OpenCounts reports, per namespace, the activities not closed yet and
-	// the bytes of their payloads.
-	OpenCounts(ctx context.Context) (map[string]OpenCount, error)
+	GetRunningAttempt(ctx context.Context, namespace, id string) (*Attempt, error)
+	// ListWaitingBacklog reports the waiting work ready by now per pool,
+	// ordered by namespace and task queue.
+	ListWaitingBacklog(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
+	// CountOpenActivities reports, per namespace, the activities not closed
+	// yet and the bytes of their payloads.
+	CountOpenActivities(ctx context.Context) (map[string]OpenCount, error)
 
-	// PutWorker records or replaces a connected worker; DeleteWorker
-	// removes it; Workers lists every recorded worker.
+	// PutWorker records or replaces a connected worker.
 	PutWorker(ctx context.Context, w WorkerRecord) error
+	// DeleteWorker removes a worker; a missing one is no error.
 	DeleteWorker(ctx context.Context, id uint64) error
-	Workers(ctx context.Context) ([]WorkerRecord, error)
+	// ListWorkers lists every recorded worker, ordered by ID.
+	ListWorkers(ctx context.Context) ([]WorkerRecord, error)
 
-	// Send queues a message for a member and wakes it.
-	Send(ctx context.Context, to ServerID, m Message) (int64, error)
-	// Receive takes every message queued for a member.
-	Receive(ctx context.Context, id ServerID) ([]Message, error)
+	// SendMessage queues m for m.To, wakes it, and returns the message's ID.
+	SendMessage(ctx context.Context, m Message) (int64, error)
+	// ReceiveMessages takes every message queued for to, in the order sent;
+	// each is received once.
+	ReceiveMessages(ctx context.Context, to ServerID) ([]Message, error)
 
-	// Announce wakes every member with a notice.
-	Announce(ctx context.Context, n Notice) error
-	// Listen delivers notices to fn until ctx ends, reconnecting as needed
-	// (after which it delivers NoticeReconnected). It returns ctx's error.
-	Listen(ctx context.Context, self ServerID, fn func(Notice)) error
-}
-
-// OpenCount is what a namespace holds in activities not closed yet.
-type OpenCount struct {
-	Activities   int
-	PayloadBytes int64
+	// PublishNotice wakes every server with a notice of kind NoticeWork,
+	// NoticeNamespace or NoticeTopology.
+	PublishNotice(ctx context.Context, n Notice) error
+	// ListenNotices delivers notices to fn until ctx ends, reconnecting as
+	// needed (after which it delivers NoticeReconnected); NoticeMessage
+	// only for messages to self. It returns ctx's error.
+	ListenNotices(ctx context.Context, self ServerID, fn func(Notice)) error
 }

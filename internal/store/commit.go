@@ -14,10 +14,18 @@ var ErrClosed = errors.New("committer closed")
 // Committer group-commits writes: one transaction carries every write that
 // arrived while the previous transaction was committing, so the cost of a
 // durable commit (an fsync) is shared by all of them.
+//
+// Bulky writes (a large payload, result or failure) take turns with the
+// others: a transaction holds either small writes only or bulky ones up to
+// a byte budget, so a namespace that writes megabytes delays another's small
+// write by at most one bulky transaction instead of riding every fsync with
+// it. Writes of one namespace commit in the order they were submitted.
 type Committer struct {
-	apply    func(context.Context, []Write) ([]bool, error)
-	maxBatch int
-	observe  func(batch int, took time.Duration)
+	apply      func(context.Context, []Write) ([]bool, error)
+	maxBatch   int
+	bulky      int
+	bulkyBatch int
+	observe    func(batch int, took time.Duration)
 
 	mu      sync.Mutex
 	pending []request
@@ -42,6 +50,11 @@ type request struct {
 type CommitterOptions struct {
 	// MaxBatch caps writes per transaction; 0 means 4096.
 	MaxBatch int
+	// BulkyWrite is the size from which a write is bulky; 0 means 64 KiB.
+	BulkyWrite int
+	// BulkyBatch caps the bytes of a transaction of bulky writes, which
+	// holds at least one; 0 means 1 MiB.
+	BulkyBatch int
 	// Observe, when set, is told each transaction's size and duration.
 	Observe func(batch int, took time.Duration)
 }
@@ -51,12 +64,20 @@ func NewCommitter(s ActivityStore, opts CommitterOptions) *Committer {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 4096
 	}
+	if opts.BulkyWrite <= 0 {
+		opts.BulkyWrite = 64 << 10
+	}
+	if opts.BulkyBatch <= 0 {
+		opts.BulkyBatch = 1 << 20
+	}
 	c := &Committer{
-		apply:    s.Apply,
-		maxBatch: opts.MaxBatch,
-		observe:  opts.Observe,
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		apply:      s.Apply,
+		maxBatch:   opts.MaxBatch,
+		bulky:      opts.BulkyWrite,
+		bulkyBatch: opts.BulkyBatch,
+		observe:    opts.Observe,
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
 	}
 	go c.run()
 	return c
@@ -140,6 +161,7 @@ func (c *Committer) Close() {
 
 func (c *Committer) run() {
 	defer close(c.done)
+	bulkyTurn := false
 	for {
 		c.mu.Lock()
 		for len(c.pending) == 0 {
@@ -151,15 +173,64 @@ func (c *Committer) run() {
 			<-c.wake
 			c.mu.Lock()
 		}
-		n := min(len(c.pending), c.maxBatch)
-		batch := c.pending[:n:n]
-		c.pending = c.pending[n:]
+		var batch []request
+		if !bulkyTurn {
+			batch, c.pending = c.take(c.pending, false)
+		}
+		if len(batch) == 0 {
+			batch, c.pending = c.take(c.pending, true)
+		}
+		bulkyTurn = !bulkyTurn
 		if len(c.pending) == 0 {
 			c.pending = nil
 		}
 		c.mu.Unlock()
 		c.commit(batch)
 	}
+}
+
+// take splits pending, in order, into the next transaction's writes and the
+// rest. Without bulky it takes small writes only, stopping each namespace at
+// its first bulky one; with bulky it takes writes of any size up to the
+// bulky byte budget, at least one. Once a namespace has a write left
+// behind, none of its later writes is taken, so its order holds.
+func (c *Committer) take(pending []request, bulky bool) (batch, rest []request) {
+	var held map[string]bool
+	bytes := 0
+	for i, r := range pending {
+		if r.w == nil {
+			// A flush mark waits for every write before it, so it is
+			// taken only when none of them was left behind.
+			if held != nil || len(rest) > 0 {
+				rest = append(rest, r)
+			} else {
+				batch = append(batch, r)
+			}
+			continue
+		}
+		key := writeKey(r.w)
+		if held[key] {
+			rest = append(rest, r)
+			continue
+		}
+		size := writeBytes(r.w)
+		full := len(batch) >= c.maxBatch || (bulky && len(batch) > 0 && bytes+size > c.bulkyBatch)
+		if full || (!bulky && size >= c.bulky) {
+			if full && !bulky && held == nil && len(rest) == 0 {
+				// Nothing held back yet: the rest keeps its order as is.
+				return batch, pending[i:]
+			}
+			if held == nil {
+				held = make(map[string]bool)
+			}
+			held[key] = true
+			rest = append(rest, r)
+			continue
+		}
+		batch = append(batch, r)
+		bytes += size
+	}
+	return batch, rest
 }
 
 func (c *Committer) commit(batch []request) {

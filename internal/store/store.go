@@ -1,7 +1,10 @@
 // Package store defines what aion keeps durably and the contract every storage
-// backend must honour. Backends live in sub-packages: sqlite (one embedded
-// file) and postgres (shared by the servers of a cluster); storetest holds
-// the conformance suite they all must pass.
+// backend must honour. Backends live in sub-packages: sqlite (one file, one
+// server) and postgres (shared by the servers of a cluster, see Cluster);
+// storetest holds the conformance suites they must pass.
+//
+// A backend translates its database's errors into the sentinels below (and
+// ErrLeaseLost, ErrNameTaken for Cluster), so no caller imports a driver.
 package store
 
 import (
@@ -14,6 +17,11 @@ import (
 
 // ErrNotFound reports that the named record does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrUnavailable reports that the database could not be reached or the
+// connection to it broke: the call was not acknowledged (a write cut off
+// mid-commit may still have applied), and trying it again later may succeed.
+var ErrUnavailable = errors.New("store unavailable")
 
 // Origin records how a namespace came to exist.
 type Origin string

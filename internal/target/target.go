@@ -2,10 +2,13 @@
 // host:port, or several separated by commas (the servers of a cluster).
 // With several, each connection tries them in its own shuffled order and
 // moves to another when the one it uses goes away, so clients and workers
-// spread over the servers and survive one of them dying.
+// spread over the servers and survive one of them dying. DialSDK is how
+// both Go SDKs connect: the transport default and the bearer token live
+// here once.
 package target
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -13,9 +16,34 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
+
+// DialSDK dials address as the client and worker SDKs do: insecure
+// transport credentials unless opts replace them (for TLS, pass
+// grpc.WithTransportCredentials), the bearer token on every call when token
+// is not empty, then opts, which come last and so win.
+func DialSDK(address, token string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearerToken(token)))
+	}
+	return Dial(address, append(dial, opts...)...)
+}
+
+// bearerToken sends "authorization: Bearer <token>" with every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false so that a token also works with a
+// server on a trusted network that speaks plain gRPC; with TLS
+// credentials the token travels encrypted.
+func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // shuffledPickFirst keeps one connection at a time, to the first reachable
 // address of a shuffled list.

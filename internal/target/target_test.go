@@ -3,6 +3,7 @@ package target_test
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -68,6 +70,54 @@ func TestAListFailsOverToALiveServer(t *testing.T) {
 		} else if ctx.Err() != nil {
 			t.Fatalf("after one server stopped: %v", err)
 		}
+	}
+}
+
+// serveRecording is serve with an interceptor that records each call's
+// authorization metadata.
+func serveRecording(t *testing.T) (addr string, seen <-chan []string, stop func()) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan []string, 8)
+	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		ch <- md.Get("authorization")
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	return lis.Addr().String(), ch, s.Stop
+}
+
+func TestDialSDKSendsTheTokenOnEveryCallAndNoneWithout(t *testing.T) {
+	t.Parallel()
+	addr, seen, stop := serveRecording(t)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		token string
+		want  string
+	}{
+		{"s3cret", "Bearer s3cret"},
+		{"", ""},
+	} {
+		cc, err := target.DialSDK(addr, tc.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := check(ctx, cc); err != nil {
+				t.Fatalf("token %q: %v", tc.token, err)
+			}
+			if got := strings.Join(<-seen, ","); got != tc.want {
+				t.Errorf("token %q: the server saw authorization %q, want %q", tc.token, got, tc.want)
+			}
+		}
+		cc.Close()
 	}
 }
 

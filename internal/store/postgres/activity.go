@@ -64,11 +64,11 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			a := w.Activity
 			timeouts, err := json.Marshal(a.Timeouts)
 			if err != nil {
-				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, dbErr(err))
 			}
 			retry, err := json.Marshal(a.Retry)
 			if err != nil {
-				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, dbErr(err))
 			}
 			b.Queue(insertActivitySQL, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
 				a.Fingerprint, timeouts, retry, string(a.State), a.Attempt, a.Result,
@@ -112,19 +112,19 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			}
 			if err != nil {
 				br.Close()
-				return fmt.Errorf("write %d (%T): %w", i, w, err)
+				return fmt.Errorf("write %d (%T): %w", i, w, dbErr(err))
 			}
 		}
 		if work != "" {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
-				return fmt.Errorf("announce new work: %w", err)
+				return fmt.Errorf("announce new work: %w", dbErr(err))
 			}
 		}
 		return br.Close()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
+		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
 	}
 	return changed, nil
 }
@@ -137,7 +137,7 @@ func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Ac
 		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, err)
+		return store.Activity{}, fmt.Errorf("get activity %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	return a, nil
 }
@@ -147,7 +147,7 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 	rows, err := s.pool.Query(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure
 		FROM attempts WHERE namespace = $1 AND activity_id = $2 ORDER BY number`, namespace, id)
 	if err != nil {
-		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Attempt, error) {
 		var (
@@ -168,7 +168,7 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 		return at, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
+		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	return out, nil
 }
@@ -214,11 +214,11 @@ func (s *Store) OpenActivities(ctx context.Context, inline int) ([]store.Activit
 func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any) ([]store.Activity, error) {
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, activityRow)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, dbErr(err))
 	}
 	return out, nil
 }
@@ -228,7 +228,7 @@ func (s *Store) queryActivities(ctx context.Context, what, q string, args ...any
 func (s *Store) queryActivitiesUpTo(ctx context.Context, what string, maxBytes int, q string, args ...any) ([]store.Activity, error) {
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, dbErr(err))
 	}
 	defer rows.Close()
 	var out []store.Activity
@@ -236,7 +236,7 @@ func (s *Store) queryActivitiesUpTo(ctx context.Context, what string, maxBytes i
 	for rows.Next() {
 		a, err := activityRow(rows)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, dbErr(err))
 		}
 		out = append(out, a)
 		if size += a.Size(); size > maxBytes {
@@ -244,7 +244,7 @@ func (s *Store) queryActivitiesUpTo(ctx context.Context, what string, maxBytes i
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, dbErr(err))
 	}
 	return out, nil
 }

@@ -83,11 +83,12 @@ func parseWork(p string) [][3]string {
 	return out
 }
 
-// Join implements store.Cluster. Joins of one name are serialized by an
-// advisory lock on the name, so two servers starting at once cannot both
+// JoinCluster implements store.Cluster. Joins of one name are serialized by
+// an advisory lock on the name, so two servers starting at once cannot both
 // take it.
-func (s *Store) Join(ctx context.Context, name, addr string, lease time.Duration) (store.Member, error) {
-	var m store.Member
+func (s *Store) JoinCluster(ctx context.Context, r store.JoinRequest) (store.ServerRecord, error) {
+	name, addr, lease := r.Name, r.Addr, r.Lease
+	var m store.ServerRecord
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('aion-server:' || $1))`, name); err != nil {
 			return err
@@ -117,16 +118,16 @@ func (s *Store) Join(ctx context.Context, name, addr string, lease time.Duration
 		return nil
 	})
 	if err != nil {
-		return store.Member{}, fmt.Errorf("join cluster as %q: %w", name, err)
+		return store.ServerRecord{}, fmt.Errorf("join cluster as %q: %w", name, dbErr(err))
 	}
 	return m, s.announce(ctx, channelTopology, strconv.FormatInt(int64(m.ID), 10))
 }
 
-// Renew implements store.Cluster.
-func (s *Store) Renew(ctx context.Context, id store.ServerID, lease time.Duration) error {
+// RenewLease implements store.Cluster.
+func (s *Store) RenewLease(ctx context.Context, id store.ServerID, lease time.Duration) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE servers SET lease_until = `+dbNow+` + $2 WHERE id = $1`, int64(id), int64(lease))
 	if err != nil {
-		return fmt.Errorf("renew lease of server %d: %w", id, err)
+		return fmt.Errorf("renew lease of server %d: %w", id, dbErr(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("renew lease of server %d: %w", id, store.ErrLeaseLost)
@@ -134,10 +135,10 @@ func (s *Store) Renew(ctx context.Context, id store.ServerID, lease time.Duratio
 	return nil
 }
 
-// Leave implements store.Cluster.
-func (s *Store) Leave(ctx context.Context, id store.ServerID) error {
+// LeaveCluster implements store.Cluster.
+func (s *Store) LeaveCluster(ctx context.Context, id store.ServerID) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var m store.Member
+		var m store.ServerRecord
 		err := tx.QueryRow(ctx, `SELECT id, name FROM servers WHERE id = $1 FOR UPDATE`, int64(id)).Scan(&m.ID, &m.Name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrLeaseLost
@@ -149,24 +150,24 @@ func (s *Store) Leave(ctx context.Context, id store.ServerID) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("leave cluster as server %d: %w", id, err)
+		return fmt.Errorf("leave cluster as server %d: %w", id, dbErr(err))
 	}
 	return nil
 }
 
-// Reap implements store.Cluster. SKIP LOCKED lets every server reap at once
-// without two of them handling the same dead member.
-func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
-	var out []store.Reaped
+// ReapServers implements store.Cluster. SKIP LOCKED lets every server reap
+// at once without two of them handling the same dead server.
+func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
+	var out []store.ReapedServer
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
 			WHERE lease_until < `+dbNow+` ORDER BY id FOR UPDATE SKIP LOCKED`)
 		if err != nil {
 			return err
 		}
-		dead, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Member, error) {
+		dead, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ServerRecord, error) {
 			var (
-				m              store.Member
+				m              store.ServerRecord
 				started, until int64
 			)
 			err := row.Scan(&m.ID, &m.Name, &m.Addr, &started, &until)
@@ -195,7 +196,7 @@ func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
 			return err
 		}
 		for _, id := range gone {
-			r, err := s.release(ctx, tx, store.Member{ID: store.ServerID(id), Name: "(gone)"}, true)
+			r, err := s.release(ctx, tx, store.ServerRecord{ID: store.ServerID(id), Name: "(gone)"}, true)
 			if err != nil {
 				return err
 			}
@@ -205,17 +206,17 @@ func (s *Store) Reap(ctx context.Context) ([]store.Reaped, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reap expired servers: %w", err)
+		return nil, fmt.Errorf("reap expired servers: %w", dbErr(err))
 	}
 	return out, nil
 }
 
-// release hands back everything member m owned, inside tx: each running
+// release hands back everything server m owned, inside tx: each running
 // attempt is recorded as failed with server_lost and its activity waits for
 // a retry (or is canceled, when a cancel was requested); its workers and
 // messages go, and so does m. lost says m was reaped rather than left.
-func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.Member, lost bool) (store.Reaped, error) {
-	r := store.Reaped{Member: m}
+func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lost bool) (store.ReapedServer, error) {
+	r := store.ReapedServer{Server: m}
 	why, topology := "left the cluster", strconv.FormatInt(int64(m.ID), 10)
 	if lost {
 		why, topology = "stopped renewing its lease", fmt.Sprintf("%d lost %s", m.ID, m.Name)
@@ -295,7 +296,8 @@ const claimSQL = `WITH member AS (
 
 // ClaimActivities implements store.Cluster: every claim is one statement, and
 // all of them travel in one round trip.
-func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now time.Time, claims []store.Claim) ([][]store.Activity, error) {
+func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([][]store.Activity, error) {
+	owner, now, claims := r.Owner, r.Now, r.Claims
 	b := &pgx.Batch{}
 	for _, c := range claims {
 		before := now
@@ -307,7 +309,7 @@ func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now t
 			workers[i] = int64(w)
 		}
 		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
-			store.UnixNanos(before), c.Node, c.Limit, workers)
+			store.UnixNanos(before), c.Node, len(c.Workers), workers)
 	}
 	out := make([][]store.Activity, len(claims))
 	br := s.pool.SendBatch(ctx, b)
@@ -315,21 +317,21 @@ func (s *Store) ClaimActivities(ctx context.Context, owner store.ServerID, now t
 	for i := range claims {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, fmt.Errorf("claim activities: %w", err)
+			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
 		}
 		if out[i], err = pgx.CollectRows(rows, activityRow); err != nil {
-			return nil, fmt.Errorf("claim activities: %w", err)
+			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
 		}
 		slices.SortFunc(out[i], func(x, y store.Activity) int { return cmp.Compare(x.Seq, y.Seq) })
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("claim activities: %w", err)
+		return nil, fmt.Errorf("claim activities: %w", dbErr(err))
 	}
 	return out, nil
 }
 
-// Unclaim implements store.Cluster.
-func (s *Store) Unclaim(ctx context.Context, owner store.ServerID, namespace, id string) error {
+// UnclaimActivity implements store.Cluster.
+func (s *Store) UnclaimActivity(ctx context.Context, owner store.ServerID, namespace, id string) error {
 	var tq, typ string
 	err := s.pool.QueryRow(ctx, `UPDATE activities SET attempt = attempt - 1, owner = 0,
 			state = CASE WHEN cancel_reason IS NULL THEN 'scheduled' ELSE 'canceled' END,
@@ -343,13 +345,14 @@ func (s *Store) Unclaim(ctx context.Context, owner store.ServerID, namespace, id
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("hand back activity %q in namespace %q: %w", id, namespace, err)
+		return fmt.Errorf("hand back activity %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	return s.announce(ctx, channelWork, namespace+"\t"+tq+"\t"+typ)
 }
 
-// ExpireWaiting implements store.Cluster.
-func (s *Store) ExpireWaiting(ctx context.Context, now time.Time, limit int, failure func(store.Activity) *store.Failure) ([]store.Activity, error) {
+// ExpireWaitingActivities implements store.Cluster.
+func (s *Store) ExpireWaitingActivities(ctx context.Context, r store.ExpireRequest) ([]store.Activity, error) {
+	now, limit, failure := r.Now, r.Limit, r.Failure
 	var out []store.Activity
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = out[:0]
@@ -378,13 +381,14 @@ func (s *Store) ExpireWaiting(ctx context.Context, now time.Time, limit int, fai
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("expire waiting activities: %w", err)
+		return nil, fmt.Errorf("expire waiting activities: %w", dbErr(err))
 	}
 	return out, nil
 }
 
 // RequestCancel implements store.Cluster.
-func (s *Store) RequestCancel(ctx context.Context, namespace, id, reason string, now time.Time) (store.CancelOutcome, store.ServerID, error) {
+func (s *Store) RequestCancel(ctx context.Context, r store.CancelRequest) (store.CancelResult, error) {
+	namespace, id, reason, now := r.Namespace, r.ID, r.Reason, r.Now
 	var (
 		outcome store.CancelOutcome
 		owner   int64
@@ -414,45 +418,38 @@ func (s *Store) RequestCancel(ctx context.Context, namespace, id, reason string,
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("cancel activity %q in namespace %q: %w", id, namespace, err)
+		return store.CancelResult{}, fmt.Errorf("cancel activity %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
-	return outcome, store.ServerID(owner), nil
+	return store.CancelResult{Outcome: outcome, Owner: store.ServerID(owner)}, nil
 }
 
-// CancelRequests implements store.Cluster.
-func (s *Store) CancelRequests(ctx context.Context, owner store.ServerID) ([]store.Activity, []string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+store.ActivityColumns+`, cancel_reason FROM activities
+// ListCancelRequests implements store.Cluster.
+func (s *Store) ListCancelRequests(ctx context.Context, owner store.ServerID) ([]store.PendingCancel, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, id, cancel_reason FROM activities
 		WHERE owner = $1 AND state = 'running' AND cancel_reason IS NOT NULL ORDER BY seq`, int64(owner))
 	if err != nil {
-		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+		return nil, fmt.Errorf("list cancel requests: %w", dbErr(err))
 	}
-	var reasons []string
-	acts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Activity, error) {
-		var (
-			r      store.ActivityRow
-			reason string
-		)
-		if err := row.Scan(append(r.Dest(), &reason)...); err != nil {
-			return store.Activity{}, err
-		}
-		reasons = append(reasons, reason)
-		return r.Decode()
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingCancel, error) {
+		var p store.PendingCancel
+		err := row.Scan(&p.Activity.Namespace, &p.Activity.ID, &p.Reason)
+		return p, err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("list cancel requests: %w", err)
+		return nil, fmt.Errorf("list cancel requests: %w", dbErr(err))
 	}
-	return acts, reasons, nil
+	return out, nil
 }
 
-// Owned implements store.Cluster.
-func (s *Store) Owned(ctx context.Context, owner store.ServerID) ([]store.ActivityRef, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace, id FROM activities WHERE owner = $1 AND state = 'running'`, int64(owner))
+// ListOwnedActivities implements store.Cluster.
+func (s *Store) ListOwnedActivities(ctx context.Context, owner store.ServerID) ([]store.ActivityRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, id FROM activities WHERE owner = $1 AND state = 'running' ORDER BY seq`, int64(owner))
 	if err != nil {
-		return nil, fmt.Errorf("list owned activities: %w", err)
+		return nil, fmt.Errorf("list owned activities: %w", dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.ActivityRef])
 	if err != nil {
-		return nil, fmt.Errorf("list owned activities: %w", err)
+		return nil, fmt.Errorf("list owned activities: %w", dbErr(err))
 	}
 	return out, nil
 }
@@ -460,8 +457,8 @@ func (s *Store) Owned(ctx context.Context, owner store.ServerID) ([]store.Activi
 // activityRow decodes one activity row for pgx.CollectRows.
 func activityRow(row pgx.CollectableRow) (store.Activity, error) { return scanActivity(row) }
 
-// OwnerOf implements store.Cluster.
-func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.ServerID, error) {
+// GetActivityOwner implements store.Cluster.
+func (s *Store) GetActivityOwner(ctx context.Context, namespace, id string) (store.ServerID, error) {
 	var owner int64
 	err := s.pool.QueryRow(ctx, `SELECT owner FROM activities WHERE namespace = $1 AND id = $2 AND state = 'running'`,
 		namespace, id).Scan(&owner)
@@ -469,13 +466,13 @@ func (s *Store) OwnerOf(ctx context.Context, namespace, id string) (store.Server
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, err)
+		return 0, fmt.Errorf("find the server running activity %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	return store.ServerID(owner), nil
 }
 
-// RunningAttempt implements store.Cluster.
-func (s *Store) RunningAttempt(ctx context.Context, namespace, id string) (*store.Attempt, error) {
+// GetRunningAttempt implements store.Cluster.
+func (s *Store) GetRunningAttempt(ctx context.Context, namespace, id string) (*store.Attempt, error) {
 	var (
 		at      store.Attempt
 		worker  int64
@@ -487,19 +484,19 @@ func (s *Store) RunningAttempt(ctx context.Context, namespace, id string) (*stor
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the running attempt of %q in namespace %q: %w", id, namespace, err)
+		return nil, fmt.Errorf("read the running attempt of %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
 	at.WorkerID, at.StartedAt, at.Outcome = uint64(worker), store.FromUnixNanos(started), store.OutcomeRunning
 	return &at, nil
 }
 
-// Waiting implements store.Cluster.
-func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBacklog, error) {
+// ListWaitingBacklog implements store.Cluster.
+func (s *Store) ListWaitingBacklog(ctx context.Context, now time.Time) ([]store.WaitingBacklog, error) {
 	rows, err := s.pool.Query(ctx, `SELECT namespace, task_queue, count(*), min(ready_at) FROM activities
 		WHERE state = 'scheduled' AND ready_at <= $1 GROUP BY namespace, task_queue
 		ORDER BY namespace COLLATE "C", task_queue COLLATE "C"`, store.UnixNanos(now))
 	if err != nil {
-		return nil, fmt.Errorf("measure the backlog: %w", err)
+		return nil, fmt.Errorf("measure the backlog: %w", dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WaitingBacklog, error) {
 		var (
@@ -511,18 +508,18 @@ func (s *Store) Waiting(ctx context.Context, now time.Time) ([]store.WaitingBack
 		return b, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("measure the backlog: %w", err)
+		return nil, fmt.Errorf("measure the backlog: %w", dbErr(err))
 	}
 	return out, nil
 }
 
-// OpenCounts implements store.Cluster.
-func (s *Store) OpenCounts(ctx context.Context) (map[string]store.OpenCount, error) {
+// CountOpenActivities implements store.Cluster.
+func (s *Store) CountOpenActivities(ctx context.Context) (map[string]store.OpenCount, error) {
 	// octet_length of a bytea reads its stored length, not the value.
 	rows, err := s.pool.Query(ctx, `SELECT namespace, count(*), coalesce(sum(octet_length(payload)), 0)::bigint FROM activities
 		WHERE state IN ('scheduled', 'running') GROUP BY namespace`)
 	if err != nil {
-		return nil, fmt.Errorf("count open activities: %w", err)
+		return nil, fmt.Errorf("count open activities: %w", dbErr(err))
 	}
 	out := make(map[string]store.OpenCount)
 	var (
@@ -535,7 +532,7 @@ func (s *Store) OpenCounts(ctx context.Context) (map[string]store.OpenCount, err
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("count open activities: %w", err)
+		return nil, fmt.Errorf("count open activities: %w", dbErr(err))
 	}
 	return out, nil
 }
@@ -546,7 +543,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.WorkerRecord) error {
 		ON CONFLICT (id) DO UPDATE SET server = excluded.server, info = excluded.info`,
 		int64(w.ID), int64(w.Server), w.Info)
 	if err != nil {
-		return fmt.Errorf("record worker %d: %w", w.ID, err)
+		return fmt.Errorf("record worker %d: %w", w.ID, dbErr(err))
 	}
 	return nil
 }
@@ -554,54 +551,55 @@ func (s *Store) PutWorker(ctx context.Context, w store.WorkerRecord) error {
 // DeleteWorker implements store.Cluster.
 func (s *Store) DeleteWorker(ctx context.Context, id uint64) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM workers WHERE id = $1`, int64(id)); err != nil {
-		return fmt.Errorf("remove worker %d: %w", id, err)
+		return fmt.Errorf("remove worker %d: %w", id, dbErr(err))
 	}
 	return nil
 }
 
-// Workers implements store.Cluster.
-func (s *Store) Workers(ctx context.Context) ([]store.WorkerRecord, error) {
+// ListWorkers implements store.Cluster.
+func (s *Store) ListWorkers(ctx context.Context) ([]store.WorkerRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, server, info FROM workers ORDER BY id`)
 	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
+		return nil, fmt.Errorf("list workers: %w", dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.WorkerRecord])
 	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
+		return nil, fmt.Errorf("list workers: %w", dbErr(err))
 	}
 	return out, nil
 }
 
-// Send implements store.Cluster.
-func (s *Store) Send(ctx context.Context, to store.ServerID, m store.Message) (int64, error) {
+// SendMessage implements store.Cluster.
+func (s *Store) SendMessage(ctx context.Context, m store.Message) (int64, error) {
+	to := m.To
 	var id int64
 	err := s.pool.QueryRow(ctx, `WITH m AS (
 			INSERT INTO server_messages (to_server, from_server, kind, body, call_id) VALUES ($1, $2, $3, $4, $5) RETURNING id
 		) SELECT id FROM m, pg_notify('`+channelMessage+`', $1::text)`,
 		int64(to), int64(m.From), m.Kind, m.Body, m.Call).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("send %s to server %d: %w", m.Kind, to, err)
+		return 0, fmt.Errorf("send %s to server %d: %w", m.Kind, to, dbErr(err))
 	}
 	return id, nil
 }
 
-// Receive implements store.Cluster.
-func (s *Store) Receive(ctx context.Context, id store.ServerID) ([]store.Message, error) {
+// ReceiveMessages implements store.Cluster.
+func (s *Store) ReceiveMessages(ctx context.Context, to store.ServerID) ([]store.Message, error) {
 	rows, err := s.pool.Query(ctx, `DELETE FROM server_messages WHERE to_server = $1
-		RETURNING id, from_server, kind, body, call_id`, int64(id))
+		RETURNING id, from_server, to_server, kind, body, call_id`, int64(to))
 	if err != nil {
-		return nil, fmt.Errorf("receive messages: %w", err)
+		return nil, fmt.Errorf("receive messages: %w", dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.Message])
 	if err != nil {
-		return nil, fmt.Errorf("receive messages: %w", err)
+		return nil, fmt.Errorf("receive messages: %w", dbErr(err))
 	}
 	slices.SortFunc(out, func(a, b store.Message) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-// Announce implements store.Cluster.
-func (s *Store) Announce(ctx context.Context, n store.Notice) error {
+// PublishNotice implements store.Cluster.
+func (s *Store) PublishNotice(ctx context.Context, n store.Notice) error {
 	switch n.Kind {
 	case store.NoticeWork:
 		return s.announce(ctx, channelWork, encodeWork(n.Triples))
@@ -610,19 +608,19 @@ func (s *Store) Announce(ctx context.Context, n store.Notice) error {
 	case store.NoticeTopology:
 		return s.announce(ctx, channelTopology, n.Name)
 	}
-	return fmt.Errorf("announce: notice kind %d cannot be announced", n.Kind)
+	return fmt.Errorf("publish notice: notice kind %d cannot be published", n.Kind)
 }
 
 func (s *Store) announce(ctx context.Context, channel, payload string) error {
 	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
-		return fmt.Errorf("announce on %s: %w", channel, err)
+		return fmt.Errorf("announce on %s: %w", channel, dbErr(err))
 	}
 	return nil
 }
 
-// Listen implements store.Cluster on a connection of its own (LISTEN holds
-// a session), reconnecting with a growing pause when it breaks.
-func (s *Store) Listen(ctx context.Context, self store.ServerID, fn func(store.Notice)) error {
+// ListenNotices implements store.Cluster on a connection of its own (LISTEN
+// holds a session), reconnecting with a growing pause when it breaks.
+func (s *Store) ListenNotices(ctx context.Context, self store.ServerID, fn func(store.Notice)) error {
 	pause := 50 * time.Millisecond
 	for first := true; ; first = false {
 		began := time.Now()

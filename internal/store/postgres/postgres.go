@@ -1,5 +1,7 @@
-// Package postgres is the clustered store: several aion nodes share one
-// PostgreSQL database through a pgx connection pool.
+// Package postgres is the store of a cluster: several aion servers share one
+// PostgreSQL database, each through a pgx connection pool. It implements
+// store.Cluster besides store.Store, and translates database errors into the
+// store's sentinels (see dbErr).
 //
 // Times are stored as bigint Unix nanoseconds (0 for the zero time), exactly
 // like the SQLite backend, so every time round-trips without losing the
@@ -28,13 +30,13 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to the database named by dsn (a postgres:// URL or a
 // key=value string; pgxpool settings such as pool_max_conns are honoured) and
-// brings its schema up to date. Several nodes may open the same database at
+// brings its schema up to date. Several servers may open the same database at
 // once: migrations are serialized by an advisory lock.
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts any password from the text of a parse error.
-		return nil, fmt.Errorf("open postgres store: %w", err)
+		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		// An unreachable database should fail a call, not hang it.
@@ -42,12 +44,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres store: %w", err)
+		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	s := &Store{pool: pool}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("open postgres store: %w", err)
+		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	return s, nil
 }
@@ -148,6 +150,9 @@ var migrations = []string{
 	-- deadlines are now measured from it.
 	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled';
 	UPDATE activities SET wait_deadline = ` + waitDeadline("timeouts", "scheduled_at", "ready_at") + ` WHERE state = 'scheduled'`,
+	// Listing a namespace newest first without a state filter walks this
+	// index instead of sorting every activity the namespace holds.
+	`CREATE INDEX activities_by_namespace ON activities (namespace, seq)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.
@@ -166,32 +171,32 @@ func waitDeadline(timeouts, scheduled, ready string) string {
 }
 
 // migrate applies every migration the database lacks, in one transaction
-// that first takes a transaction-scoped advisory lock: a node that starts
+// that first takes a transaction-scoped advisory lock: a server that starts
 // while another migrates waits for it, then finds nothing left to do.
 func (s *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
-			return fmt.Errorf("migrate: take lock: %w", err)
+			return fmt.Errorf("migrate: take lock: %w", dbErr(err))
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version    integer PRIMARY KEY,
 			applied_at timestamptz NOT NULL DEFAULT now()
 		)`); err != nil {
-			return fmt.Errorf("migrate: create schema_migrations: %w", err)
+			return fmt.Errorf("migrate: create schema_migrations: %w", dbErr(err))
 		}
 		var version int
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
-			return fmt.Errorf("migrate: read schema version: %w", err)
+			return fmt.Errorf("migrate: read schema version: %w", dbErr(err))
 		}
 		if version > len(migrations) {
 			return fmt.Errorf("migrate: database schema version %d is newer than this binary knows (%d)", version, len(migrations))
 		}
 		for i := version; i < len(migrations); i++ {
 			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
-				return fmt.Errorf("migrate: step %d: %w", i+1, err)
+				return fmt.Errorf("migrate: step %d: %w", i+1, dbErr(err))
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, now())`, i+1); err != nil {
-				return fmt.Errorf("migrate: record step %d: %w", i+1, err)
+				return fmt.Errorf("migrate: record step %d: %w", i+1, dbErr(err))
 			}
 		}
 		return nil
@@ -231,7 +236,7 @@ func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store
 		return err
 	})
 	if err != nil {
-		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, err)
+		return store.Namespace{}, false, fmt.Errorf("register namespace %q: %w", name, dbErr(err))
 	}
 	return ns, created, nil
 }
@@ -240,7 +245,7 @@ func (s *Store) RegisterNamespace(ctx context.Context, name string, origin store
 func (s *Store) GetNamespace(ctx context.Context, name string) (store.Namespace, error) {
 	ns, err := getNamespace(ctx, s.pool, name)
 	if err != nil {
-		return store.Namespace{}, fmt.Errorf("get namespace %q: %w", name, err)
+		return store.Namespace{}, fmt.Errorf("get namespace %q: %w", name, dbErr(err))
 	}
 	return ns, nil
 }
@@ -251,11 +256,11 @@ func (s *Store) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
 	// default collation.
 	rows, err := s.pool.Query(ctx, `SELECT `+namespaceColumns+` FROM namespaces ORDER BY name COLLATE "C"`)
 	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
+		return nil, fmt.Errorf("list namespaces: %w", dbErr(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Namespace, error) { return scanNamespace(row) })
 	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
+		return nil, fmt.Errorf("list namespaces: %w", dbErr(err))
 	}
 	return out, nil
 }
@@ -264,11 +269,11 @@ func (s *Store) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
 func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement) (store.Namespace, error) {
 	p = p.Normalize()
 	if err := p.Validate(); err != nil {
-		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, dbErr(err))
 	}
 	nodes, err := json.Marshal(nonNil(p.Nodes))
 	if err != nil {
-		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, dbErr(err))
 	}
 	ns, err := scanNamespace(s.pool.QueryRow(ctx, `UPDATE namespaces SET placement = $1, nodes = $2::jsonb
 		WHERE name = $3 RETURNING `+namespaceColumns, string(p.Mode), string(nodes), name))
@@ -276,7 +281,7 @@ func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement
 		return store.Namespace{}, fmt.Errorf("set placement of %q: namespace %w", name, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, err)
+		return store.Namespace{}, fmt.Errorf("set placement of %q: %w", name, dbErr(err))
 	}
 	return ns, nil
 }
@@ -312,7 +317,7 @@ func scanNamespace(row scanner) (store.Namespace, error) {
 	ns.Origin = store.Origin(origin)
 	ns.Placement.Mode = store.PlacementMode(mode)
 	if err := json.Unmarshal(nodes, &ns.Placement.Nodes); err != nil {
-		return store.Namespace{}, fmt.Errorf("decode placement nodes of %q: %w", ns.Name, err)
+		return store.Namespace{}, fmt.Errorf("decode placement nodes of %q: %w", ns.Name, dbErr(err))
 	}
 	ns.Placement = ns.Placement.Normalize()
 	ns.CreatedAt = time.Unix(0, created).UTC()

@@ -2,6 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -36,10 +40,106 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestClusterConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunCluster(t, func(t *testing.T) storetest.ClusterStore {
+		return open(t, freshDatabase(t))
+	})
+}
+
+// An unreachable database, at open or later, is store.ErrUnavailable:
+// callers branch on it without knowing the driver.
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	lis.Close()
+	if s, err := postgres.Open(ctx, "postgres://postgres@"+closed+"/postgres?sslmode=disable&connect_timeout=2"); err == nil {
+		s.Close()
+		t.Fatal("open on a closed port: no error")
+	} else if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("open on a closed port: %v, want ErrUnavailable", err)
+	}
+
+	// Through a proxy that is then cut: calls on the open store fail so.
+	dsn := freshDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, u.Host)
+	u.Host = p.addr()
+	s := open(t, u.String())
+	if _, err := s.ListNamespaces(ctx); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	p.cut()
+	if _, err := s.ListNamespaces(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("after the cut, list namespaces: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.ListWorkers(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("after the cut, list workers: %v, want ErrUnavailable", err)
+	}
+}
+
+// proxy forwards TCP connections to a database until cut, after which it
+// closes every connection and refuses new ones.
+type proxy struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis}
+	p.wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, d)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(d, c); d.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, d); c.Close() })
+		}
+	})
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) addr() string { return p.lis.Addr().String() }
+
+func (p *proxy) cut() {
+	p.lis.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
 func TestConcurrentOpensMigrateOnce(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t)
-	const nodes = 4
+	const servers = 4
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -47,7 +147,7 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 		errs   []error
 	)
 	start := make(chan struct{})
-	for range nodes {
+	for range servers {
 		wg.Go(func() {
 			<-start
 			s, err := postgres.Open(context.Background(), dsn)
@@ -66,7 +166,7 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 	}
 	if len(errs) > 0 {
-		t.Fatalf("%d of %d concurrent opens failed: %v", len(errs), nodes, errs)
+		t.Fatalf("%d of %d concurrent opens failed: %v", len(errs), servers, errs)
 	}
 
 	ctx := context.Background()

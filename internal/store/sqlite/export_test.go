@@ -3,3 +3,7 @@ package sqlite
 // SchemaBeforeMark is the schema as it was before databases had an identity
 // and a mark file, for tests of adopting such a database.
 var SchemaBeforeMark = migrations[:2]
+
+// SchemaBeforeBulkyLast is the schema as it was while the activities table
+// kept its payload in the middle of each row, for tests of the upgrade.
+var SchemaBeforeBulkyLast = migrations[:3]

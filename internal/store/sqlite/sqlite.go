@@ -39,7 +39,8 @@ type options struct {
 // WithSynchronous sets SQLite's synchronous mode: "full" (the default; a
 // commit is on disk before it returns, so it survives power loss) or "normal"
 // (in WAL mode a commit survives a crash of the process but the last commits
-// may be lost on power loss or an operating-system crash).
+// may be lost on power loss or an operating-system crash). Any other value
+// means full; the server's Config.Validate refuses it before Open is called.
 func WithSynchronous(mode string) Option {
 	return func(o *options) { o.synchronous = mode }
 }
@@ -72,8 +73,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.synchronous != "full" && o.synchronous != "normal" {
-		return nil, fmt.Errorf("open sqlite store %q: synchronous %q: want full or normal", path, o.synchronous)
+	if o.synchronous != "normal" {
+		o.synchronous = "full" // anything but an explicit "normal" keeps commits durable on power loss
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
@@ -138,6 +139,21 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 // AcceptedLoss returns what Open found lost and accepted under
 // WithAcceptDataLoss, or nil when the database was whole.
 func (s *Store) AcceptedLoss() *LossError { return s.accepted }
+
+// Synchronous reads back the synchronous mode ("off", "normal", "full" or
+// "extra") of the connection every write commits on, as SQLite applies it,
+// not as it was asked for.
+func (s *Store) Synchronous(ctx context.Context) (string, error) {
+	var level int
+	if err := s.writer.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
+		return "", fmt.Errorf("read synchronous mode of %q: %w", s.path, err)
+	}
+	modes := []string{"off", "normal", "full", "extra"}
+	if level < 0 || level >= len(modes) {
+		return "", fmt.Errorf("read synchronous mode of %q: unknown level %d", s.path, level)
+	}
+	return modes[level], nil
+}
 
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
@@ -208,6 +224,44 @@ var migrations = []string{
 		writes     INTEGER NOT NULL,
 		activities INTEGER NOT NULL
 	) STRICT`,
+	// The activities table again, its bulky columns last: SQLite keeps a
+	// large value in a chain of overflow pages and must walk the whole chain
+	// to reach any column stored after it, so a listing that leaves payloads
+	// out read every payload before this order. Listing a namespace newest
+	// first without a state filter walks activities_by_namespace instead of
+	// sorting every activity the namespace holds.
+	`CREATE TABLE activities_next (
+		seq           INTEGER PRIMARY KEY,
+		namespace     TEXT NOT NULL,
+		id            TEXT NOT NULL,
+		task_queue    TEXT NOT NULL,
+		activity_type TEXT NOT NULL,
+		node          TEXT NOT NULL,
+		fingerprint   TEXT NOT NULL,
+		timeouts      TEXT NOT NULL,
+		retry         TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		attempt       INTEGER NOT NULL,
+		scheduled_at  INTEGER NOT NULL,
+		started_at    INTEGER NOT NULL,
+		ready_at      INTEGER NOT NULL,
+		closed_at     INTEGER NOT NULL,
+		failure       TEXT,
+		heartbeat     BLOB,
+		result        BLOB,
+		payload       BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE INDEX activities_by_namespace ON activities (namespace, seq)`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -35,6 +35,37 @@ func apply(t *testing.T, s store.Store, ws ...store.Write) []bool {
 	return changed
 }
 
+// get reads one activity and fails the test on any error, so a backend whose
+// reads fail cannot pass by returning a zero record.
+func get(t *testing.T, s store.Store, ns, id string) store.Activity {
+	t.Helper()
+	a, err := s.GetActivity(context.Background(), ns, id)
+	if err != nil {
+		t.Fatalf("get activity %s/%s: %v", ns, id, err)
+	}
+	return a
+}
+
+// list lists activities and fails the test on any error.
+func list(t *testing.T, s store.Store, f store.ActivityFilter) []store.Activity {
+	t.Helper()
+	got, err := s.ListActivities(context.Background(), f)
+	if err != nil {
+		t.Fatalf("list activities %+v: %v", f, err)
+	}
+	return got
+}
+
+// listAttempts lists one activity's attempts and fails the test on any error.
+func listAttempts(t *testing.T, s store.Store, ns, id string) []store.Attempt {
+	t.Helper()
+	got, err := s.ListAttempts(context.Background(), ns, id)
+	if err != nil {
+		t.Fatalf("list attempts of %s/%s: %v", ns, id, err)
+	}
+	return got
+}
+
 func runActivity(t *testing.T, open Opener) {
 	ctx := context.Background()
 
@@ -78,7 +109,7 @@ func runActivity(t *testing.T, open Opener) {
 					Outcome: store.OutcomeFailed, Failure: fail},
 				State: store.StateScheduled, ReadyAt: retryAt, HeartbeatDetails: []byte(`{"step":3}`)},
 		)
-		read, _ := s.GetActivity(ctx, "ns", "a1")
+		read := get(t, s, "ns", "a1")
 		if read.State != store.StateScheduled || read.Attempt != 1 || !read.StartedAt.Equal(t0) ||
 			!read.ReadyAt.Equal(retryAt) || string(read.HeartbeatDetails) != `{"step":3}` {
 			t.Fatalf("after a retryable failure: %+v", read)
@@ -87,7 +118,7 @@ func runActivity(t *testing.T, open Opener) {
 		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "a1", StartedAt: t2,
 			Attempt: &store.Attempt{Number: 2, WorkerID: 8, StartedAt: t2, EndedAt: t2, Outcome: store.OutcomeCompleted},
 			State:   store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2})
-		read, _ = s.GetActivity(ctx, "ns", "a1")
+		read = get(t, s, "ns", "a1")
 		if read.State != store.StateCompleted || string(read.Result) != `"ok"` || read.Attempt != 2 ||
 			!read.StartedAt.Equal(t0) || !read.ClosedAt.Equal(t2) || string(read.HeartbeatDetails) != `{"step":3}` {
 			t.Fatalf("after completion: %+v (the first start time and details must stay)", read)
@@ -121,12 +152,12 @@ func runActivity(t *testing.T, open Opener) {
 		if fmt.Sprint(got) != "[false false]" {
 			t.Fatalf("writes to a closed or missing activity reported %v", got)
 		}
-		read, _ := s.GetActivity(ctx, "ns", "a1")
+		read := get(t, s, "ns", "a1")
 		if read.State != store.StateTimedOut || read.Failure == nil || read.Failure.Type != "schedule_to_start_timeout" {
 			t.Fatalf("closed activity changed: %+v", read)
 		}
 		for _, id := range []string{"a1", "ghost"} {
-			if at, _ := s.ListAttempts(ctx, "ns", id); len(at) != 0 {
+			if at := listAttempts(t, s, "ns", id); len(at) != 0 {
 				t.Fatalf("an attempt on a closed or missing activity %s was recorded: %+v", id, at)
 			}
 		}
@@ -147,20 +178,23 @@ func runActivity(t *testing.T, open Opener) {
 			store.EndAttempt{Namespace: "ns", ID: "a0", State: store.StateCompleted, ClosedAt: time.Now()})
 		apply(t, s, ws...)
 
-		page1, err := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3})
-		if err != nil {
-			t.Fatal(err)
+		page1 := list(t, s, store.ActivityFilter{Namespace: "ns", Limit: 3})
+		if len(page1) != 3 {
+			t.Fatalf("first page = %s, want 3 activities", idsOf(page1))
 		}
-		page2, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page1[2].Seq})
-		page3, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page2[2].Seq})
+		page2 := list(t, s, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page1[2].Seq})
+		if len(page2) != 3 {
+			t.Fatalf("second page = %s, want 3 activities", idsOf(page2))
+		}
+		page3 := list(t, s, store.ActivityFilter{Namespace: "ns", Limit: 3, Before: page2[2].Seq})
 		if got := idsOf(page1, page2, page3); got != "[a6 a5 a4 a3 a2 a1 a0]" {
 			t.Fatalf("pages = %s, want newest first across pages", got)
 		}
-		sleeps, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", ActivityType: "sleep"})
+		sleeps := list(t, s, store.ActivityFilter{Namespace: "ns", ActivityType: "sleep"})
 		if got := idsOf(sleeps); got != "[a5 a3 a1]" {
 			t.Fatalf("type filter = %s", got)
 		}
-		done, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", State: store.StateCompleted})
+		done := list(t, s, store.ActivityFilter{Namespace: "ns", State: store.StateCompleted})
 		if got := idsOf(done); got != "[a0]" {
 			t.Fatalf("state filter = %s", got)
 		}
@@ -207,7 +241,10 @@ func runActivity(t *testing.T, open Opener) {
 		if light[1].Payload != nil || light[1].PayloadSize != 10_000 {
 			t.Fatalf("list without payloads: big has %d payload bytes, size %d", len(light[1].Payload), light[1].PayloadSize)
 		}
-		full, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns"})
+		full := list(t, s, store.ActivityFilter{Namespace: "ns"})
+		if len(full) != 3 {
+			t.Fatalf("list with payloads = %s, want 3 activities", idsOf(full))
+		}
 		if f := full[0]; string(f.HeartbeatDetails) != "hb" || f.Failure == nil || string(f.Failure.Details) != "details" || len(full[1].Payload) != 10_000 {
 			t.Fatalf("list with payloads lost them: %+v", f)
 		}
@@ -230,10 +267,10 @@ func runActivity(t *testing.T, open Opener) {
 		if err != nil || idsOf(got) != "[a4 a3 a2]" {
 			t.Fatalf("list up to %d bytes = %s, %v; want the two that fit and the one that passed the bound", 2*size+1, idsOf(got), err)
 		}
-		if got, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", MaxBytes: 1}); idsOf(got) != "[a4]" {
+		if got := list(t, s, store.ActivityFilter{Namespace: "ns", MaxBytes: 1}); idsOf(got) != "[a4]" {
 			t.Fatalf("list up to 1 byte = %s, want the first activity alone", idsOf(got))
 		}
-		if got, _ := s.ListActivities(ctx, store.ActivityFilter{Namespace: "ns", MaxBytes: 1, OmitPayloads: true, Limit: 2}); len(got) != 1 {
+		if got := list(t, s, store.ActivityFilter{Namespace: "ns", MaxBytes: 1, OmitPayloads: true, Limit: 2}); len(got) != 1 {
 			t.Fatalf("list without payloads up to 1 byte returned %d activities, want 1", len(got))
 		}
 	})

@@ -9,6 +9,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -47,7 +48,9 @@ func TestClusterRoutesWorkAcrossServers(t *testing.T) {
 		t.Fatalf("pinned activity seen from a: %v", a)
 	}
 
-	// With the gpu worker full, pinned work waits rather than go to b.
+	// With the gpu worker full, pinned work waits rather than go to b's
+	// worker, which has free slots: unpinned work scheduled after it reaches
+	// b's worker first, and p5 is still waiting then.
 	for _, id := range []string{"p1", "p2", "p3", "p4", "p5"} {
 		c["b"].schedule(t, &aionv1.ScheduleRequest{Namespace: "x", Id: id, ActivityType: "t", Node: "gpu"})
 	}
@@ -55,24 +58,22 @@ func TestClusterRoutesWorkAcrossServers(t *testing.T) {
 	for range 4 {
 		held = append(held, gpu.nextTask())
 	}
-	time.Sleep(300 * time.Millisecond)
-	got, err := c["a"].activities.Get(context.Background(), &aionv1.GetActivityRequest{Namespace: "x", Id: "p5"})
-	if err != nil || got.GetActivity().GetState() != aionv1.ActivityState_ACTIVITY_STATE_SCHEDULED {
-		t.Fatalf("pinned activity with its node's worker full: %v, %v", got, err)
-	}
-	gpu.complete(held[0], nil)
-	if next := gpu.nextTask(); next.GetActivityId() != "p5" {
-		t.Fatalf("after a slot freed the gpu worker got %v", next)
-	}
-
 	c["a"].schedule(t, &aionv1.ScheduleRequest{Namespace: "x", Id: "free", ActivityType: "t"})
 	task = plain.nextTask()
 	if task.GetActivityId() != "free" { // the first task b's worker ever got
 		t.Fatalf("b's worker got %v", task)
 	}
+	got, err := c["a"].activities.Get(context.Background(), &aionv1.GetActivityRequest{Namespace: "x", Id: "p5"})
+	if err != nil || got.GetActivity().GetState() != aionv1.ActivityState_ACTIVITY_STATE_SCHEDULED {
+		t.Fatalf("pinned activity with its node's worker full: %v, %v", got, err)
+	}
 	plain.complete(task, []byte(`"on b"`))
 	if a := c["c"].wait(t, "x", "free"); string(a.GetResult()) != `"on b"` {
 		t.Fatalf("activity seen from c: %v", a)
+	}
+	gpu.complete(held[0], nil)
+	if next := gpu.nextTask(); next.GetActivityId() != "p5" {
+		t.Fatalf("after a slot freed the gpu worker got %v", next)
 	}
 }
 
@@ -84,21 +85,19 @@ func TestClusterControlReachesWorkersOfOtherServers(t *testing.T) {
 		Capabilities: []aionv1.InterventionPrimitive{aionv1.InterventionPrimitive_INTERVENTION_PRIMITIVE_INJECT_MESSAGE}})
 	clusterA := aionv1.NewClusterServiceClient(c["a"].cc)
 
-	// a lists b's worker, naming its server.
+	// a lists b's worker, naming its server, once b published it.
 	var listed *aionv1.Worker
-	deadline := time.Now().Add(10 * time.Second)
-	for listed == nil && time.Now().Before(deadline) {
+	servertest.Eventually(t, "a to list b's worker", func() bool {
 		resp, err := clusterA.ListWorkers(ctx, &aionv1.ListWorkersRequest{Namespace: "ctl"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.GetWorkers()) == 1 {
 			listed = resp.GetWorkers()[0]
-		} else {
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
-	if listed == nil || listed.GetServer() != "b" || listed.GetId() != w.id {
+		return listed != nil
+	})
+	if listed.GetServer() != "b" || listed.GetId() != w.id {
 		t.Fatalf("a lists %v, want worker %d on server b", listed, w.id)
 	}
 
@@ -177,9 +176,9 @@ func TestClusterRefusesASecondLiveServerWithTheSameName(t *testing.T) {
 	cfg.Store, cfg.ServerName, cfg.Lease = dsn, "only", 400*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := server.Start(ctx, cfg, nil)
+	s, err := startServer(ctx, cfg, nil)
 	if err == nil {
-		s.Shutdown(context.Background())
+		_ = s.Stop(context.Background())
 		t.Fatal("a second server named \"only\" started while the first was alive")
 	}
 	if !errors.Is(err, store.ErrNameTaken) || !strings.Contains(err.Error(), "--server-name") {

@@ -1,0 +1,7 @@
+package server
+
+import "github.com/aion-run/aion/internal/store"
+
+// StoreOf returns the store a running server reads and writes, so a test
+// can ask it how it runs.
+func StoreOf(s *Server) store.Store { return s.st }
