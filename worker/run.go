@@ -466,7 +466,7 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 		switch {
 		case ra.GetRefused() != "":
 			// STALE: the server's own outcome for the attempt stands.
-			w.log.Warn("aion worker: result refused by the server: the attempt is stale", "activity", k.String(), "reason", ra.GetRefused())
+			w.log.Warn("aion worker: result refused by the server", "activity", k.String(), "reason", ra.GetRefused())
 		case ra.GetStatus() == aionv1.ResultStatus_RESULT_STATUS_ALREADY_RECORDED:
 			w.log.Info("aion worker: result had been recorded before (its first ack was lost)", "activity", k.String())
 		case !known:
