@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -78,8 +79,9 @@ type Config struct {
 	// MaxPayload caps an activity's input and a result, in bytes; 0 means 2 MiB.
 	MaxPayload int
 	Log        *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock times every deadline, backoff, poll and pause of the engine, and
+	// stamps what it records; nil means clock.Real().
+	Clock clock.Clock
 	// CommitterOptions tune the group committer.
 	CommitterOptions store.CommitterOptions
 	// Observer is told about lifecycle steps, for metrics; nil for none.
@@ -169,7 +171,7 @@ type Engine struct {
 	defaults   Defaults
 	maxPayload int
 	log        *slog.Logger
-	now        func() time.Time
+	clock      clock.Clock
 	obs        Observer
 	maxPending int
 	maxRunning int
@@ -229,8 +231,8 @@ func New(cfg Config) *Engine {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
@@ -259,7 +261,7 @@ func New(cfg Config) *Engine {
 		defaults:   cfg.Defaults,
 		maxPayload: cfg.MaxPayload,
 		log:        cfg.Log,
-		now:        cfg.Now,
+		clock:      cfg.Clock,
 		obs:        cfg.Observer,
 		maxPending: cfg.MaxPendingPerNamespace,
 		maxRunning: cfg.MaxInFlightPerNamespace,
@@ -442,6 +444,9 @@ func (e *Engine) shedPayloadLocked(a *activity) {
 	a.rec.Payload = nil
 	e.heldPayload -= n
 }
+
+// now is the engine clock's time.
+func (e *Engine) now() time.Time { return e.clock.Now() }
 
 func (e *Engine) wakeTimers() {
 	select {

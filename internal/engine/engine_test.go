@@ -74,9 +74,9 @@ func TestFingerprintSeesEveryField(t *testing.T) {
 func TestGeneratedIDsSortByTime(t *testing.T) {
 	t.Parallel()
 	var ids []string
-	for range 3 {
-		ids = append(ids, newID())
-		time.Sleep(2 * time.Millisecond)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := range 3 {
+		ids = append(ids, newID(at.Add(time.Duration(i)*time.Millisecond)))
 	}
 	if !slices.IsSorted(ids) || ids[0] == ids[1] || len(ids[0]) != 32 {
 		t.Fatalf("ids = %v, want distinct 32-digit ids in time order", ids)

@@ -103,7 +103,7 @@ func (e *Engine) timerLiveLocked(tm timer) bool {
 // runTimers fires deadlines until the engine stops.
 func (e *Engine) runTimers() {
 	defer e.done.Done()
-	t := time.NewTimer(time.Hour)
+	t := e.clock.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		e.mu.Lock()
@@ -111,14 +111,16 @@ func (e *Engine) runTimers() {
 		for len(e.timers) > 0 && !e.timers[0].at.After(now) {
 			e.fireLocked(heap.Pop(&e.timers).(timer), now)
 		}
-		wait := time.Hour
+		// Armed by instant, not by the wait from now: a clock that moved
+		// since now was read fires it at once instead of late.
 		if len(e.timers) > 0 {
-			wait = e.timers[0].at.Sub(now)
+			t.ResetAt(e.timers[0].at)
+		} else {
+			t.Stop()
 		}
 		e.mu.Unlock()
-		t.Reset(wait)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-e.timerWake:
 		case <-e.stop:
 			return
