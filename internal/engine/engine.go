@@ -192,8 +192,11 @@ type Engine struct {
 	// pendingBytes sums the payload bytes of the open activities per
 	// namespace; entries are deleted at zero.
 	pendingBytes map[string]int64
-	// heldPayload sums the payloads held in memory (see shedPayloadLocked).
+	// heldPayload sums the payloads held in memory (see shedPayloadLocked);
+	// heldBudget is where it stops growing: heldPayloadBudget, lowered by
+	// tests so they need not write that much.
 	heldPayload int
+	heldBudget  int
 	timers      timerHeap
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
@@ -276,6 +279,7 @@ func New(cfg Config) *Engine {
 		inflight:        make(map[registry.WorkerID]map[key]*activity),
 		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
 		placements:      make(map[string]store.Placement),
+		heldBudget:      heldPayloadBudget,
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}
@@ -438,7 +442,7 @@ const (
 // there (alone mode only: in cluster mode waiting work is in the store).
 func (e *Engine) shedPayloadLocked(a *activity) {
 	n := len(a.rec.Payload)
-	if e.cl != nil || n == 0 || e.open[a.key()] != a || (n <= inlinePayload && e.heldPayload <= heldPayloadBudget) {
+	if e.cl != nil || n == 0 || e.open[a.key()] != a || (n <= inlinePayload && e.heldPayload <= e.heldBudget) {
 		return
 	}
 	a.rec.Payload = nil

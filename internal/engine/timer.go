@@ -107,10 +107,7 @@ func (e *Engine) runTimers() {
 	defer t.Stop()
 	for {
 		e.mu.Lock()
-		now := e.now()
-		for len(e.timers) > 0 && !e.timers[0].at.After(now) {
-			e.fireLocked(heap.Pop(&e.timers).(timer), now)
-		}
+		e.fireDueLocked(e.now())
 		// Armed by instant, not by the wait from now: a clock that moved
 		// since now was read fires it at once instead of late.
 		if len(e.timers) > 0 {
@@ -125,6 +122,13 @@ func (e *Engine) runTimers() {
 		case <-e.stop:
 			return
 		}
+	}
+}
+
+// fireDueLocked fires every deadline at or before now, earliest first.
+func (e *Engine) fireDueLocked(now time.Time) {
+	for len(e.timers) > 0 && !e.timers[0].at.After(now) {
+		e.fireLocked(heap.Pop(&e.timers).(timer), now)
 	}
 }
 
