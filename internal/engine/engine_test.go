@@ -110,3 +110,15 @@ func TestStaleTimersAreSweptOut(t *testing.T) {
 		t.Fatalf("after a sweep the heap holds kinds %v, want the live activity's two", kinds)
 	}
 }
+
+// After failed claims the claim loop pauses longer each time, up to a cap.
+func TestClaimPauseGrowsAndIsCapped(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second, 2 * time.Second, 2 * time.Second}
+	for i, w := range want {
+		if got := claimPause(i + 1); got != w {
+			t.Errorf("pause after %d failed claims = %v, want %v", i+1, got, w)
+		}
+	}
+}

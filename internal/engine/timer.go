@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"time"
 
+	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 )
@@ -100,24 +101,43 @@ func (e *Engine) timerLiveLocked(tm timer) bool {
 	return a.rec.Attempt == tm.attempt
 }
 
-// runTimers fires deadlines until the engine stops.
+// runTimers fires deadlines until the engine stops. Its clock timer is made
+// at the first deadline and stopped whenever none is left, so an idle
+// engine waits on nothing but a wake-up.
 func (e *Engine) runTimers() {
 	defer e.done.Done()
-	t := e.clock.NewTimer(time.Hour)
-	defer t.Stop()
+	var (
+		t     clock.Timer
+		fired <-chan time.Time // t's channel; nil, which never receives, until t exists
+	)
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		e.mu.Lock()
 		e.fireDueLocked(e.now())
-		// Armed by instant, not by the wait from now: a clock that moved
-		// since now was read fires it at once instead of late.
+		var next time.Time
 		if len(e.timers) > 0 {
-			t.ResetAt(e.timers[0].at)
-		} else {
-			t.Stop()
+			next = e.timers[0].at
 		}
 		e.mu.Unlock()
+		// Armed by instant, not by the wait from now: a clock that moved
+		// since now was read fires it at once instead of late. An earlier
+		// deadline armed meanwhile wakes the loop through timerWake.
+		switch {
+		case !next.IsZero():
+			if t == nil {
+				t = e.clock.NewTimer(time.Hour) // set to next just below
+				fired = t.C()
+			}
+			t.ResetAt(next)
+		case t != nil:
+			t.Stop()
+		}
 		select {
-		case <-t.C():
+		case <-fired:
 		case <-e.timerWake:
 		case <-e.stop:
 			return
