@@ -18,7 +18,7 @@ func TestWaitingPayloadsAreHeldInMemoryOnlyWhenSmallAndFew(t *testing.T) {
 	b := setup(t)
 	e := b.eng
 	e.heldBudget = 1 << 20 // so a few megabytes of payloads pass it
-	want := map[string][]byte{"small": []byte("tiny"), "large": bytes.Repeat([]byte("L"), 1<<20)}
+	want := map[string][]byte{"small": []byte("tiny"), "large": bytes.Repeat([]byte("L"), 2*inlinePayload)}
 	for _, id := range []string{"small", "large"} {
 		r := request(id, store.Timeouts{}, store.RetryPolicy{})
 		r.Payload = want[id]
@@ -38,7 +38,7 @@ func TestWaitingPayloadsAreHeldInMemoryOnlyWhenSmallAndFew(t *testing.T) {
 	}
 	e.mu.Lock()
 	held, small, large := e.heldPayload, e.open[key{"ns", "small"}], e.open[key{"ns", "large"}]
-	if small.rec.Payload == nil || large.rec.Payload != nil || large.size != 1<<20 {
+	if small.rec.Payload == nil || large.rec.Payload != nil || large.size != 2*inlinePayload {
 		t.Errorf("small payload held: %v; large payload held: %v (size %d); want only the small one",
 			small.rec.Payload != nil, large.rec.Payload != nil, large.size)
 	}
@@ -64,7 +64,7 @@ func TestAttemptEndedBeforeItsPayloadArrivedFreesItsSlot(t *testing.T) {
 	b := setup(t)
 	e := b.eng
 	large := request("large", store.Timeouts{}, store.RetryPolicy{})
-	large.Payload = bytes.Repeat([]byte("L"), 1<<20)
+	large.Payload = bytes.Repeat([]byte("L"), 2*inlinePayload)
 	b.schedule(large)
 	conn := newFakeConn()
 	r, err := b.reg.Register(registry.Spec{Namespaces: []string{"ns"}, ActivityTypes: []string{"t"}, Slots: 1, Delivery: conn})
