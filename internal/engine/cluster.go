@@ -186,7 +186,14 @@ func (e *Engine) runClaims() {
 			return
 		case <-e.claims.kick:
 		}
-		for e.claimRound() {
+		for {
+			more, pause := e.claimRound()
+			if pause > 0 && !e.pause(pause) {
+				return
+			}
+			if !more {
+				break
+			}
 			select {
 			case <-e.stop:
 				return
@@ -196,23 +203,60 @@ func (e *Engine) runClaims() {
 	}
 }
 
+// pause waits d on the engine's clock; it reports false if the engine
+// stopped first.
+func (e *Engine) pause(d time.Duration) bool {
+	t := e.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.stop:
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
 // claimGroup is the workers reserved for one claim: one triple, one label.
 type claimGroup struct {
 	t       registry.Triple
 	node    string
 	workers []*registry.Worker
+	// claim is what is asked of the store for these workers.
+	claim store.Claim
 }
 
 // claimRound reserves free slots of local workers for the marked triples,
 // claims that much work from the store in one round trip, and starts what
-// it got. It reports whether another round is due at once.
-func (e *Engine) claimRound() bool {
+// it got. It reports whether another round is due at once, and how long to
+// pause before it after a failed claim; the caller pauses, without the lock.
+func (e *Engine) claimRound() (more bool, pause time.Duration) {
 	e.mu.Lock()
 	if e.closed || len(e.claims.dirty) == 0 {
 		e.mu.Unlock()
-		return false
+		return false, 0
 	}
 	now := e.now()
+	groups := e.reserveSlotsLocked()
+	groups = e.dropOffPlacementLocked(groups)
+	e.buildClaimsLocked(groups, now)
+	e.mu.Unlock()
+	if len(groups) == 0 {
+		return false, 0
+	}
+
+	got, err := e.claimFromStore(groups, now)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	more, giveBack := e.adoptClaimedLocked(groups, got, err, now)
+	e.handBack(giveBack)
+	return e.noteClaimOutcomeLocked(err, more)
+}
+
+// reserveSlotsLocked empties the marked triples and takes, for each, a free
+// slot of every local worker that can run its work, as far as the
+// namespace's in-flight cap and maxClaim allow, grouped by node label.
+func (e *Engine) reserveSlotsLocked() []*claimGroup {
 	var groups []*claimGroup
 	room := make(map[string]int)
 	for t := range e.claims.dirty {
@@ -240,9 +284,14 @@ func (e *Engine) claimRound() bool {
 			g.workers = append(g.workers, w)
 		}
 	}
-	// A pinned{nodes} namespace's work runs only on workers on those nodes,
-	// however long it waits; a worker that registered before the pin keeps
-	// its slots for other work.
+	return groups
+}
+
+// dropOffPlacementLocked gives back the slots of groups on nodes outside a
+// pinned{nodes} namespace's placement: that work runs only on workers on
+// those nodes, however long it waits, and a worker that registered before
+// the pin keeps its slots for other work.
+func (e *Engine) dropOffPlacementLocked(groups []*claimGroup) []*claimGroup {
 	kept := groups[:0]
 	for _, g := range groups {
 		if p := e.placements[g.t.Pool.Namespace]; p.Mode == store.Pinned && !slices.Contains(p.Nodes, g.node) {
@@ -255,9 +304,14 @@ func (e *Engine) claimRound() bool {
 		}
 		kept = append(kept, g)
 	}
-	groups = kept
-	claimsOut := make([]store.Claim, len(groups))
-	for i, g := range groups {
+	return kept
+}
+
+// buildClaimsLocked sets each group's claim: as many activities as it has
+// workers, and in a prefer{nodes} namespace, from a node outside those,
+// only work that has waited past the prefer grace.
+func (e *Engine) buildClaimsLocked(groups []*claimGroup, now time.Time) {
+	for _, g := range groups {
 		c := store.Claim{Namespace: g.t.Pool.Namespace, TaskQueue: g.t.Pool.TaskQueue, ActivityType: g.t.ActivityType,
 			Node: g.node, Workers: make([]uint64, len(g.workers))}
 		for j, w := range g.workers {
@@ -266,23 +320,31 @@ func (e *Engine) claimRound() bool {
 		if p := e.placements[c.Namespace]; p.Mode == store.Prefer && !slices.Contains(p.Nodes, g.node) {
 			c.ReadyBefore = now.Add(-e.cl.PreferGrace)
 		}
-		claimsOut[i] = c
+		g.claim = c
 	}
-	e.mu.Unlock()
-	if len(groups) == 0 {
-		return false
-	}
+}
 
-	var got [][]store.Activity
-	err := e.call(func(ctx context.Context) (err error) {
-		got, err = e.cl.Store.ClaimActivities(ctx, store.ClaimRequest{Owner: e.cl.Self, Now: now, Claims: claimsOut})
+// claimFromStore makes the groups' claims in one round trip; got holds one
+// list of claimed activities per group, in order.
+func (e *Engine) claimFromStore(groups []*claimGroup, now time.Time) (got [][]store.Activity, err error) {
+	claims := make([]store.Claim, len(groups))
+	for i, g := range groups {
+		claims[i] = g.claim
+	}
+	err = e.call(func(ctx context.Context) (err error) {
+		got, err = e.cl.Store.ClaimActivities(ctx, store.ClaimRequest{Owner: e.cl.Self, Now: now, Claims: claims})
 		return err
 	})
+	return got, err
+}
 
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	more := false
-	var giveBack []store.Activity
+// adoptClaimedLocked starts what each group claimed on its reserved
+// workers, frees the slots it could not fill, and decides when each triple
+// is looked at again. It reports whether a triple got all it asked for (so
+// more may wait), and the activities to hand back: claimed for a worker
+// that left meanwhile, or while the engine was closing. After a failed
+// claim (err set) every triple is marked to be tried again.
+func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got [][]store.Activity, err error, now time.Time) (more bool, giveBack []store.Activity) {
 	for i, g := range groups {
 		var rows []store.Activity
 		if err == nil {
@@ -290,8 +352,8 @@ func (e *Engine) claimRound() bool {
 		}
 		switch {
 		case err != nil:
-			e.claims.dirty[g.t] = struct{}{} // try again after the pause below
-		case len(rows) < len(g.workers) && !claimsOut[i].ReadyBefore.IsZero():
+			e.claims.dirty[g.t] = struct{}{} // try again after the pause
+		case len(rows) < len(g.workers) && !g.claim.ReadyBefore.IsZero():
 			// Work younger than the prefer grace may be waiting: look again
 			// once, when it has aged past it (again after the next notice).
 			e.markEmptyLocked(g.t, g.node)
@@ -325,38 +387,48 @@ func (e *Engine) claimRound() bool {
 			e.dispatchWorkerLocked(w)
 		}
 	}
-	if len(giveBack) > 0 {
-		e.bg.Add(1)
-		go func() {
-			defer e.bg.Done()
-			for _, rec := range giveBack {
-				if err := e.cl.Store.UnclaimActivity(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
-					e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
-				}
-			}
-		}()
+	return more, giveBack
+}
+
+// handBack returns claimed activities to the store in the background, so
+// any server may claim them again.
+func (e *Engine) handBack(recs []store.Activity) {
+	if len(recs) == 0 {
+		return
 	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		for _, rec := range recs {
+			if err := e.cl.Store.UnclaimActivity(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
+				e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
+			}
+		}
+	}()
+}
+
+// noteClaimOutcomeLocked counts failed claims in a row and logs the start
+// and the end of an outage once each. After a failure another round is due
+// after a pause, longer each time: the database is unreachable or refused.
+func (e *Engine) noteClaimOutcomeLocked(err error, more bool) (bool, time.Duration) {
 	if err != nil {
-		// The database is unreachable or refused: pause, longer each time,
-		// and say so once per outage.
 		e.claims.failures++
 		if e.claims.failures == 1 && e.bgCtx.Err() == nil {
 			e.log.Warn("claim work failed; retrying", "err", err)
 		}
-		pause := min(50*time.Millisecond<<min(e.claims.failures, 6), 2*time.Second)
-		e.mu.Unlock()
-		select {
-		case <-e.stop:
-		case <-time.After(pause):
-		}
-		e.mu.Lock()
-		return true
+		return true, claimPause(e.claims.failures)
 	}
 	if e.claims.failures > 0 {
 		e.log.Info("claiming work again", "failed_rounds", e.claims.failures)
 		e.claims.failures = 0
 	}
-	return more
+	return more, 0
+}
+
+// claimPause is the pause after failures failed claims in a row: 100ms,
+// doubling up to 2s.
+func claimPause(failures int) time.Duration {
+	return min(50*time.Millisecond<<min(failures, 6), 2*time.Second)
 }
 
 func (e *Engine) markEmptyLocked(t registry.Triple, node string) {
@@ -416,13 +488,13 @@ const backlogEvery = 5
 // cancel requests addressed to this server, and the backlog sample.
 func (e *Engine) runChores() {
 	defer e.done.Done()
-	t := time.NewTicker(e.cl.Poll)
+	t := e.clock.NewTicker(e.cl.Poll)
 	defer t.Stop()
 	for polls := 0; ; polls++ {
 		select {
 		case <-e.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		e.NewWork(nil)
 		e.handBackOrphans()
@@ -634,11 +706,14 @@ func (e *Engine) awaitClosed(ctx context.Context, ns, id string) error {
 		if ch != nil {
 			continue // it left memory: it was released to the store or closed
 		}
+		t := e.clock.NewTimer(pause)
 		select {
-		case <-time.After(pause):
+		case <-t.C():
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		case <-e.stop:
+			t.Stop()
 			return fmt.Errorf("server stopping: %w", ErrClosed)
 		}
 		pause = min(2*pause, 250*time.Millisecond)

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
@@ -78,8 +79,9 @@ type Config struct {
 	// MaxPayload caps an activity's input and a result, in bytes; 0 means 2 MiB.
 	MaxPayload int
 	Log        *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock times every deadline, backoff, poll and pause of the engine, and
+	// stamps what it records; nil means clock.Real().
+	Clock clock.Clock
 	// CommitterOptions tune the group committer.
 	CommitterOptions store.CommitterOptions
 	// Observer is told about lifecycle steps, for metrics; nil for none.
@@ -169,7 +171,7 @@ type Engine struct {
 	defaults   Defaults
 	maxPayload int
 	log        *slog.Logger
-	now        func() time.Time
+	clock      clock.Clock
 	obs        Observer
 	maxPending int
 	maxRunning int
@@ -190,8 +192,11 @@ type Engine struct {
 	// pendingBytes sums the payload bytes of the open activities per
 	// namespace; entries are deleted at zero.
 	pendingBytes map[string]int64
-	// heldPayload sums the payloads held in memory (see shedPayloadLocked).
+	// heldPayload sums the payloads held in memory (see shedPayloadLocked);
+	// heldBudget is where it stops growing: heldPayloadBudget, lowered by
+	// tests so they need not write that much.
 	heldPayload int
+	heldBudget  int
 	timers      timerHeap
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
@@ -229,8 +234,8 @@ func New(cfg Config) *Engine {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
@@ -259,7 +264,7 @@ func New(cfg Config) *Engine {
 		defaults:   cfg.Defaults,
 		maxPayload: cfg.MaxPayload,
 		log:        cfg.Log,
-		now:        cfg.Now,
+		clock:      cfg.Clock,
 		obs:        cfg.Observer,
 		maxPending: cfg.MaxPendingPerNamespace,
 		maxRunning: cfg.MaxInFlightPerNamespace,
@@ -274,6 +279,7 @@ func New(cfg Config) *Engine {
 		inflight:        make(map[registry.WorkerID]map[key]*activity),
 		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
 		placements:      make(map[string]store.Placement),
+		heldBudget:      heldPayloadBudget,
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}
@@ -439,12 +445,15 @@ const (
 // there (alone mode only: in cluster mode waiting work is in the store).
 func (e *Engine) shedPayloadLocked(a *activity) {
 	n := len(a.rec.Payload)
-	if e.cl != nil || n == 0 || e.open[a.key()] != a || (n <= inlinePayload && e.heldPayload <= heldPayloadBudget) {
+	if e.cl != nil || n == 0 || e.open[a.key()] != a || (n <= inlinePayload && e.heldPayload <= e.heldBudget) {
 		return
 	}
 	a.rec.Payload = nil
 	e.heldPayload -= n
 }
+
+// now is the engine clock's time.
+func (e *Engine) now() time.Time { return e.clock.Now() }
 
 func (e *Engine) wakeTimers() {
 	select {

@@ -74,9 +74,9 @@ func TestFingerprintSeesEveryField(t *testing.T) {
 func TestGeneratedIDsSortByTime(t *testing.T) {
 	t.Parallel()
 	var ids []string
-	for range 3 {
-		ids = append(ids, newID())
-		time.Sleep(2 * time.Millisecond)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := range 3 {
+		ids = append(ids, newID(at.Add(time.Duration(i)*time.Millisecond)))
 	}
 	if !slices.IsSorted(ids) || ids[0] == ids[1] || len(ids[0]) != 32 {
 		t.Fatalf("ids = %v, want distinct 32-digit ids in time order", ids)
@@ -94,7 +94,7 @@ func TestStaleTimersAreSweptOut(t *testing.T) {
 	e.armLocked(far, live.key(), 0, timerScheduleToClose)
 	e.armLocked(far, live.key(), 2, timerStartToClose)
 	e.armLocked(far, live.key(), 1, timerStartToClose) // an earlier attempt's: stale
-	for i := range 100_000 {
+	for i := range 20_000 {
 		e.armLocked(far, key{"ns", fmt.Sprint("closed-", i)}, 0, timerScheduleToClose)
 	}
 	if n := len(e.timers); n > 2*minCompact+3 {
@@ -108,5 +108,17 @@ func TestStaleTimersAreSweptOut(t *testing.T) {
 	slices.Sort(kinds)
 	if !slices.Equal(kinds, []timerKind{timerStartToClose, timerScheduleToClose}) {
 		t.Fatalf("after a sweep the heap holds kinds %v, want the live activity's two", kinds)
+	}
+}
+
+// After failed claims the claim loop pauses longer each time, up to a cap.
+func TestClaimPauseGrowsAndIsCapped(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second, 2 * time.Second, 2 * time.Second}
+	for i, w := range want {
+		if got := claimPause(i + 1); got != w {
+			t.Errorf("pause after %d failed claims = %v, want %v", i+1, got, w)
+		}
 	}
 }

@@ -4,101 +4,52 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 
-	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
-	"github.com/aion-run/aion/internal/store/sqlite"
 )
-
-// queueConn is a worker's outbound queue as the engine sees it: what the
-// engine sends is kept, in order, for the test to read.
-type queueConn struct {
-	tasks   chan Task
-	cancels chan string
-}
-
-func newQueueConn() *queueConn {
-	return &queueConn{tasks: make(chan Task, 1024), cancels: make(chan string, 1024)}
-}
-
-func (c *queueConn) Transport() registry.Transport { return registry.TransportGRPC }
-func (c *queueConn) RequestDrain()                 {}
-func (c *queueConn) SendTask(t Task) error         { c.tasks <- t; return nil }
-func (c *queueConn) SendCancel(ns, id string, attempt int, _ string) error {
-	c.cancels <- fmt.Sprintf("%s/%s#%d", ns, id, attempt)
-	return nil
-}
-
-// alone starts an engine on a real SQLite file, without a cluster.
-func alone(t *testing.T) (*Engine, *registry.Registry) {
-	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "aion.db"), sqlite.WithSynchronous("normal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := registry.New(registry.Options{})
-	e := New(Config{Store: st, Registry: reg, Minter: namespace.NewMinter(st, namespace.Open, nil), Defaults: DefaultDefaults()})
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.Stop(context.Background())
-		st.Close()
-	})
-	return e, reg
-}
-
-func join(t *testing.T, e *Engine, reg *registry.Registry, slots int) (*registry.Worker, *queueConn) {
-	t.Helper()
-	conn := newQueueConn()
-	r, err := reg.Register(registry.Spec{Namespaces: []string{"ns"}, ActivityTypes: []string{"t"}, Slots: slots, Delivery: conn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.WorkerJoined(r.Worker())
-	return r.Worker(), conn
-}
-
-func schedule(t *testing.T, e *Engine, id string, payload []byte) {
-	t.Helper()
-	if _, _, err := e.Schedule(context.Background(), namespace.Anyone("test"),
-		Request{Namespace: "ns", ID: id, ActivityType: "t", Payload: payload}); err != nil {
-		t.Fatalf("schedule %s: %v", id, err)
-	}
-}
 
 // Waiting work holds its large payloads in the store, not in memory, and
 // small ones only up to a budget; every payload still reaches the worker
 // whole.
 func TestWaitingPayloadsAreHeldInMemoryOnlyWhenSmallAndFew(t *testing.T) {
 	t.Parallel()
-	e, reg := alone(t)
-	want := map[string][]byte{"small": []byte("tiny"), "large": bytes.Repeat([]byte("L"), 1<<20)}
-	schedule(t, e, "small", want["small"])
-	schedule(t, e, "large", want["large"])
-	for i := range 600 { // 36 MB of payloads under inlinePayload each
-		id := fmt.Sprint("mid-", i)
-		want[id] = bytes.Repeat([]byte{byte(i)}, 60<<10)
-		schedule(t, e, id, want[id])
+	b := setup(t)
+	e := b.eng
+	e.heldBudget = 1 << 20 // so a few megabytes of payloads pass it
+	want := map[string][]byte{"small": []byte("tiny"), "large": bytes.Repeat([]byte("L"), 2*inlinePayload)}
+	for _, id := range []string{"small", "large"} {
+		r := request(id, store.Timeouts{}, store.RetryPolicy{})
+		r.Payload = want[id]
+		b.schedule(r)
+	}
+	var reqs []Request
+	for i := range 40 { // 2.4 MB of payloads under inlinePayload each, in one batch
+		r := request(fmt.Sprint("mid-", i), store.Timeouts{}, store.RetryPolicy{})
+		r.Payload = bytes.Repeat([]byte{byte(i)}, 60<<10)
+		want[r.ID] = r.Payload
+		reqs = append(reqs, r)
+	}
+	for i, r := range e.ScheduleBatch(context.Background(), anyone, reqs) {
+		if r.Err != nil {
+			t.Fatalf("schedule %s: %v", reqs[i].ID, r.Err)
+		}
 	}
 	e.mu.Lock()
 	held, small, large := e.heldPayload, e.open[key{"ns", "small"}], e.open[key{"ns", "large"}]
-	if small.rec.Payload == nil || large.rec.Payload != nil || large.size != 1<<20 {
+	if small.rec.Payload == nil || large.rec.Payload != nil || large.size != 2*inlinePayload {
 		t.Errorf("small payload held: %v; large payload held: %v (size %d); want only the small one",
 			small.rec.Payload != nil, large.rec.Payload != nil, large.size)
 	}
 	e.mu.Unlock()
-	if held > heldPayloadBudget+inlinePayload {
-		t.Fatalf("%d payload bytes held in memory, past the budget of %d", held, heldPayloadBudget)
+	if held > e.heldBudget+inlinePayload {
+		t.Fatalf("%d payload bytes held in memory, past the budget of %d", held, e.heldBudget)
 	}
 
-	_, conn := join(t, e, reg, len(want))
+	fw := b.join(len(want))
 	for range want {
-		task := <-conn.tasks
+		task := fw.task()
 		if !bytes.Equal(task.Payload, want[task.ActivityID]) {
 			t.Fatalf("task %s: %d payload bytes, want the %d scheduled", task.ActivityID, len(task.Payload), len(want[task.ActivityID]))
 		}
@@ -110,10 +61,13 @@ func TestWaitingPayloadsAreHeldInMemoryOnlyWhenSmallAndFew(t *testing.T) {
 // never knew of it, so it would never report it.
 func TestAttemptEndedBeforeItsPayloadArrivedFreesItsSlot(t *testing.T) {
 	t.Parallel()
-	e, reg := alone(t)
-	schedule(t, e, "large", bytes.Repeat([]byte("L"), 1<<20))
-	conn := newQueueConn()
-	r, err := reg.Register(registry.Spec{Namespaces: []string{"ns"}, ActivityTypes: []string{"t"}, Slots: 1, Delivery: conn})
+	b := setup(t)
+	e := b.eng
+	large := request("large", store.Timeouts{}, store.RetryPolicy{})
+	large.Payload = bytes.Repeat([]byte("L"), 2*inlinePayload)
+	b.schedule(large)
+	conn := newFakeConn()
+	r, err := b.reg.Register(registry.Spec{Namespaces: []string{"ns"}, ActivityTypes: []string{"t"}, Slots: 1, Delivery: conn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +86,10 @@ func TestAttemptEndedBeforeItsPayloadArrivedFreesItsSlot(t *testing.T) {
 	case task := <-conn.tasks:
 		t.Fatalf("the ended attempt was sent: %s#%d", task.ActivityID, task.Attempt)
 	case c := <-conn.cancels:
-		t.Fatalf("the worker was asked to cancel %s, an attempt it never had", c)
+		t.Fatalf("the worker was asked to cancel %+v, an attempt it never had", c)
 	default:
 	}
-	schedule(t, e, "next", []byte("small"))
+	b.schedule(request("next", store.Timeouts{}, store.RetryPolicy{}))
 	select {
 	case task := <-conn.tasks:
 		if task.ActivityID != "next" {

@@ -224,11 +224,11 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 				r.Node, r.Namespace, p, ErrFailedPrecondition)
 		}
 	}
+	now := e.now().UTC()
 	id := r.ID
 	if id == "" {
-		id = newID()
+		id = newID(now)
 	}
-	now := e.now().UTC()
 	return store.Activity{
 		Namespace:    r.Namespace,
 		ID:           id,
@@ -360,13 +360,13 @@ func fingerprint(r Request) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// newID returns a 32-hex-digit id that sorts by creation time (the layout of
-// a UUIDv7: 48 bits of milliseconds, then random bits), so the store's index
-// on ids grows at its end instead of being written all over.
-func newID() string {
+// newID returns a 32-hex-digit id that sorts by its creation time now (the
+// layout of a UUIDv7: 48 bits of milliseconds, then random bits), so the
+// store's index on ids grows at its end instead of being written all over.
+func newID(now time.Time) string {
 	var b [16]byte
 	_, _ = rand.Read(b[6:])
-	ms := uint64(time.Now().UnixMilli())
+	ms := uint64(now.UnixMilli())
 	for i := 5; i >= 0; i-- {
 		b[i] = byte(ms)
 		ms >>= 8

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"time"
 
+	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 )
@@ -100,29 +101,54 @@ func (e *Engine) timerLiveLocked(tm timer) bool {
 	return a.rec.Attempt == tm.attempt
 }
 
-// runTimers fires deadlines until the engine stops.
+// runTimers fires deadlines until the engine stops. Its clock timer is made
+// at the first deadline and stopped whenever none is left, so an idle
+// engine waits on nothing but a wake-up.
 func (e *Engine) runTimers() {
 	defer e.done.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+	var (
+		t     clock.Timer
+		fired <-chan time.Time // t's channel; nil, which never receives, until t exists
+	)
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		e.mu.Lock()
-		now := e.now()
-		for len(e.timers) > 0 && !e.timers[0].at.After(now) {
-			e.fireLocked(heap.Pop(&e.timers).(timer), now)
-		}
-		wait := time.Hour
+		e.fireDueLocked(e.now())
+		var next time.Time
 		if len(e.timers) > 0 {
-			wait = e.timers[0].at.Sub(now)
+			next = e.timers[0].at
 		}
 		e.mu.Unlock()
-		t.Reset(wait)
+		// Armed by instant, not by the wait from now: a clock that moved
+		// since now was read fires it at once instead of late. An earlier
+		// deadline armed meanwhile wakes the loop through timerWake.
+		switch {
+		case !next.IsZero():
+			if t == nil {
+				t = e.clock.NewTimer(time.Hour) // set to next just below
+				fired = t.C()
+			}
+			t.ResetAt(next)
+		case t != nil:
+			t.Stop()
+		}
 		select {
-		case <-t.C:
+		case <-fired:
 		case <-e.timerWake:
 		case <-e.stop:
 			return
 		}
+	}
+}
+
+// fireDueLocked fires every deadline at or before now, earliest first.
+func (e *Engine) fireDueLocked(now time.Time) {
+	for len(e.timers) > 0 && !e.timers[0].at.After(now) {
+		e.fireLocked(heap.Pop(&e.timers).(timer), now)
 	}
 }
 

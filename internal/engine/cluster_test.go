@@ -1,0 +1,118 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/clock"
+	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/pgtest"
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/store/postgres"
+)
+
+// setupCluster starts an engine as server name of a cluster on the
+// PostgreSQL database dsn, with a fake clock; the test ends it. The bench
+// has no SQLite store: restart does not apply.
+func setupCluster(t *testing.T, dsn, name string) (*bench, *postgres.Store) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	self, err := st.JoinCluster(ctx, store.JoinRequest{Name: name, Addr: "127.0.0.1:0", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(epoch)
+	reg := registry.New(registry.Options{})
+	e := New(Config{Store: st, Registry: reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
+		Defaults: DefaultDefaults(), Clock: clk, Cluster: &ClusterConfig{Store: st, Self: self.ID}})
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	return &bench{t: t, clk: clk, reg: reg, eng: e}, st
+}
+
+// The claim loop of cluster mode, on one database created once: the
+// subtests run in turn, each as a server of its own.
+func TestClusterClaims(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Fresh(t, 0)
+	t.Run("work goes to local workers and retries return to the store", func(t *testing.T) {
+		claimsWorkForLocalWorkers(t, dsn)
+	})
+	t.Run("a failed claim pauses on the clock without the lock", func(t *testing.T) {
+		failedClaimsPause(t, dsn)
+	})
+}
+
+// In cluster mode waiting work lives in the store: a claim round reserves a
+// local worker's slot, claims the work for it, and starts it; a retry is
+// handed back to the store and claimed again once its backoff has passed.
+func claimsWorkForLocalWorkers(t *testing.T, dsn string) {
+	b, _ := setupCluster(t, dsn, "server-a")
+	b.schedule(request("a", store.Timeouts{}, store.RetryPolicy{InitialInterval: 10 * time.Second}))
+	fw := b.join(1)
+	task := fw.task()
+	if task.ActivityID != "a" || task.Attempt != 1 || !task.StartedAt.Equal(epoch) {
+		t.Fatalf("claimed task %s#%d started %v, want a#1 at %v", task.ActivityID, task.Attempt, task.StartedAt, epoch)
+	}
+	fw.fail("a", 1, store.Failure{Type: "flaky", Retryable: true})
+
+	// The retry waits in the store; the wake-up armed for its ready time
+	// announces it, and the next claim round starts it on the free slot.
+	readyAt := epoch.Add(10 * time.Second)
+	b.advanceTo(readyAt)
+	task = fw.task()
+	if task.Attempt != 2 || !task.StartedAt.Equal(readyAt) {
+		t.Fatalf("retry: attempt %d at %v, want attempt 2 at %v", task.Attempt, task.StartedAt, readyAt)
+	}
+	fw.complete("a", 2, "done")
+	v := b.wait("a")
+	if v.Activity.State != store.StateCompleted || string(v.Activity.Result) != "done" || len(v.Attempts) != 2 {
+		t.Fatalf("closed %s with %q after %d attempts, want completed with done after 2", v.Activity.State, v.Activity.Result, len(v.Attempts))
+	}
+}
+
+// A claim that fails (the database is gone) gives its reserved slots back
+// and pauses on the engine's clock, longer after each failure in a row,
+// without holding the engine lock meanwhile.
+func failedClaimsPause(t *testing.T, dsn string) {
+	b, st := setupCluster(t, dsn, "server-b")
+	fw := b.join(1)
+	st.Close() // every store call fails from now on
+	b.eng.NewWork(nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	failures := func() int {
+		b.eng.mu.Lock()
+		defer b.eng.mu.Unlock()
+		return b.eng.claims.failures
+	}
+	// The chores' poll ticker is always set; a second waiter is the pause.
+	const pausing = 2
+	if err := b.clk.BlockUntil(ctx, pausing); err != nil {
+		t.Fatalf("no pause after a failed claim: %v", err)
+	}
+	first := failures() // the lock is free during the pause, or this hangs
+	if first < 1 {
+		t.Fatalf("%d failed claims counted while pausing after one", first)
+	}
+	if info, _ := b.reg.Lookup(fw.w.ID()); info.SlotsInUse != 0 {
+		t.Fatalf("%d slots held by the failed claim during the pause, want 0", info.SlotsInUse)
+	}
+	b.clk.Advance(claimPause(first))
+	if err := b.clk.BlockUntil(ctx, pausing); err != nil {
+		t.Fatalf("no pause after the next failed claim: %v", err)
+	}
+	if n := failures(); n != first+1 {
+		t.Fatalf("%d failed claims after one more round, want %d", n, first+1)
+	}
+}
