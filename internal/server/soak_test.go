@@ -37,6 +37,10 @@ func TestSoakWorkerChurn(t *testing.T) {
 	stop := make(chan struct{})
 	var connects, drops atomic.Int64
 	var wg sync.WaitGroup
+	// However the test ends, even by a failed check, the workers stop
+	// before the server does, so a failure is reported instead of hanging.
+	stopWorkers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopWorkers)
 	for i := range workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
@@ -122,8 +126,7 @@ func TestSoakWorkerChurn(t *testing.T) {
 			t.Fatalf("%s ended %v", id, a.GetState())
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stopWorkers()
 
 	deadline := time.Now().Add(20 * time.Second)
 	for b.srv.Registry().Census() != (registry.Census{}) {
