@@ -27,6 +27,9 @@ func (s ActivityState) Terminal() bool {
 	return false
 }
 
+// ActivityStates lists every state, in the order of an activity's life.
+var ActivityStates = []ActivityState{StateScheduled, StateRunning, StateCompleted, StateFailed, StateCanceled, StateTimedOut}
+
 // Valid reports whether s is a known state.
 func (s ActivityState) Valid() bool {
 	return s == StateScheduled || s == StateRunning || s.Terminal()

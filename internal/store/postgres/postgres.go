@@ -150,9 +150,6 @@ var migrations = []string{
 	-- deadlines are now measured from it.
 	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled';
 	UPDATE activities SET wait_deadline = ` + waitDeadline("timeouts", "scheduled_at", "ready_at") + ` WHERE state = 'scheduled'`,
-	// Listing a namespace newest first without a state filter walks this
-	// index instead of sorting every activity the namespace holds.
-	`CREATE INDEX activities_by_namespace ON activities (namespace, seq)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aion-run/aion/internal/store"
 )
@@ -178,23 +179,33 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	if f.OmitPayloads {
 		cols = store.ActivityColumnsWithoutPayloads(`json_remove(failure, '$.details')`)
 	}
-	q := `SELECT ` + cols + ` FROM activities WHERE namespace = ?`
-	args := []any{f.Namespace}
+	// One arm per state, each read newest first from activities_by_state,
+	// merged by seq: SQLite merges ordered arms of a UNION ALL, so a listing
+	// without a state filter never sorts all of a namespace's rows.
+	states := store.ActivityStates
 	if f.State != "" {
-		q += ` AND state = ?`
-		args = append(args, string(f.State))
+		states = []store.ActivityState{f.State}
 	}
-	if f.ActivityType != "" {
-		q += ` AND activity_type = ?`
-		args = append(args, f.ActivityType)
+	var q strings.Builder
+	var args []any
+	for i, st := range states {
+		if i > 0 {
+			q.WriteString(` UNION ALL `)
+		}
+		q.WriteString(`SELECT ` + cols + ` FROM activities WHERE namespace = ? AND state = ?`)
+		args = append(args, f.Namespace, string(st))
+		if f.ActivityType != "" {
+			q.WriteString(` AND activity_type = ?`)
+			args = append(args, f.ActivityType)
+		}
+		if f.Before > 0 {
+			q.WriteString(` AND seq < ?`)
+			args = append(args, f.Before)
+		}
 	}
-	if f.Before > 0 {
-		q += ` AND seq < ?`
-		args = append(args, f.Before)
-	}
-	q += ` ORDER BY seq DESC LIMIT ?`
+	q.WriteString(` ORDER BY seq DESC LIMIT ?`)
 	args = append(args, limit)
-	return s.queryActivities(ctx, "list activities", f.MaxBytes, q, args...)
+	return s.queryActivities(ctx, "list activities", f.MaxBytes, q.String(), args...)
 }
 
 // OpenActivities implements store.ActivityStore.

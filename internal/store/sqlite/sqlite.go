@@ -227,9 +227,7 @@ var migrations = []string{
 	// The activities table again, its bulky columns last: SQLite keeps a
 	// large value in a chain of overflow pages and must walk the whole chain
 	// to reach any column stored after it, so a listing that leaves payloads
-	// out read every payload before this order. Listing a namespace newest
-	// first without a state filter walks activities_by_namespace instead of
-	// sorting every activity the namespace holds.
+	// out read every payload before this order.
 	`CREATE TABLE activities_next (
 		seq           INTEGER PRIMARY KEY,
 		namespace     TEXT NOT NULL,
@@ -260,8 +258,7 @@ var migrations = []string{
 	DROP TABLE activities;
 	ALTER TABLE activities_next RENAME TO activities;
 	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
-	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
-	CREATE INDEX activities_by_namespace ON activities (namespace, seq)`,
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq)`,
 }
 
 // migrate brings the schema up to date and gives the database its identity
