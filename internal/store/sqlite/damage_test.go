@@ -3,7 +3,6 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -247,19 +246,7 @@ func TestDatabaseWithoutMarkIsAdopted(t *testing.T) {
 	// A data directory written before marks existed: the old schema, three
 	// activities, no mark file.
 	path := filepath.Join(t.TempDir(), "aion.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range sqlite.SchemaBeforeMark {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(sqlite.SchemaBeforeMark))); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
+	if err := oldDatabase(ctx, path, sqlite.SchemaBeforeMark).Close(); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, path)

@@ -20,18 +20,7 @@ func TestUpgradeMovesBulkyColumnsLastAndKeepsEveryField(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "aion.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range sqlite.SchemaBeforeBulkyLast {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(sqlite.SchemaBeforeBulkyLast))); err != nil {
-		t.Fatal(err)
-	}
+	db := oldDatabase(ctx, path, sqlite.SchemaBeforeBulkyLast)
 	payload := bytes.Repeat([]byte("p"), 300_000) // past one page: an overflow chain
 	if _, err := db.ExecContext(ctx, `INSERT INTO activities (seq, namespace, id, task_queue, activity_type, node,
 		payload, fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
@@ -111,4 +100,23 @@ func TestUpgradeMovesBulkyColumnsLastAndKeepsEveryField(t *testing.T) {
 	if p := plan.String(); strings.Contains(p, "TEMP B-TREE") || !strings.Contains(p, "MERGE") || !strings.Contains(p, "activities_by_state") {
 		t.Fatalf("namespace listing plan %q: want its arms merged from activities_by_state, no sort", p)
 	}
+}
+
+// oldDatabase writes a database at path with an earlier schema, as an
+// earlier version left it, and returns it open; it panics on failure, as
+// only a broken test could make it fail.
+func oldDatabase(ctx context.Context, path string, schema []string) *sql.DB {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range schema {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			panic(fmt.Sprintf("old schema: %v", err))
+		}
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(schema))); err != nil {
+		panic(err)
+	}
+	return db
 }
