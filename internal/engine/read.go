@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/aion-run/aion/internal/namespace"
@@ -183,10 +185,24 @@ func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilt
 		}
 		before = n
 	}
-	recs, err := e.st.ListActivities(ctx, store.ActivityFilter{Namespace: f.Namespace, State: f.State,
-		ActivityType: f.ActivityType, Limit: size + 1, Before: before, OmitPayloads: !f.Payloads, MaxBytes: e.maxListBytes})
-	if err != nil {
-		return nil, "", fmt.Errorf("list activities: %w", err)
+	// The store lags memory for open work (a start is not written), so an
+	// open state is looked for among all open activities in the store and
+	// picked by the state memory holds.
+	states := []store.ActivityState{f.State}
+	if f.State != "" && !f.State.Terminal() {
+		states = []store.ActivityState{store.StateScheduled, store.StateRunning}
+	}
+	var recs []store.Activity
+	for _, st := range states {
+		got, err := e.st.ListActivities(ctx, store.ActivityFilter{Namespace: f.Namespace, State: st,
+			ActivityType: f.ActivityType, Limit: size + 1, Before: before, OmitPayloads: !f.Payloads, MaxBytes: e.maxListBytes})
+		if err != nil {
+			return nil, "", fmt.Errorf("list activities: %w", err)
+		}
+		recs = append(recs, got...)
+	}
+	if len(states) > 1 {
+		slices.SortFunc(recs, func(a, b store.Activity) int { return cmp.Compare(b.Seq, a.Seq) })
 	}
 	next := ""
 	total := 0
@@ -215,6 +231,9 @@ func (e *Engine) List(ctx context.Context, caller namespace.Identity, f ListFilt
 		}
 	}
 	e.mu.Unlock()
+	if len(states) > 1 {
+		recs = slices.DeleteFunc(recs, func(a store.Activity) bool { return a.State != f.State })
+	}
 	return recs, next, nil
 }
 
