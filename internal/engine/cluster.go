@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -71,12 +72,14 @@ type claims struct {
 	// failures counts claim rounds that failed in a row, for the pause.
 	failures int
 	// open is the last sample of open activities per namespace, and
-	// scheduled counts what this server scheduled since: together they are
-	// the pending count and bytes the per-namespace caps are checked
-	// against.
-	open           map[string]store.OpenCount
-	scheduled      map[string]int
-	scheduledBytes map[string]int64
+	// scheduled counts what this server admitted that the sample may not
+	// hold: together they are the pending count and bytes the per-namespace
+	// caps are checked against. committed counts, of those, the ones whose
+	// insert is durable: a sample taken after they committed holds them, so
+	// only those are taken off when a sample arrives.
+	open                           map[string]store.OpenCount
+	scheduled, committed           map[string]int
+	scheduledBytes, committedBytes map[string]int64
 	// graced marks prefer-namespace triples with a wake-up armed for when
 	// new work has aged past the grace; a notice clears it.
 	graced map[registry.Triple]bool
@@ -103,6 +106,8 @@ func newClaims() *claims {
 		open:           make(map[string]store.OpenCount),
 		scheduled:      make(map[string]int),
 		scheduledBytes: make(map[string]int64),
+		committed:      make(map[string]int),
+		committedBytes: make(map[string]int64),
 	}
 }
 
@@ -517,6 +522,12 @@ func (e *Engine) runChores() {
 			e.choreFailed("sample the backlog", err)
 		}
 		if e.maxPending > 0 || e.maxPendingBytes > 0 {
+			// What had committed before the count began is in it; what
+			// commits during it may be too, and is counted twice until the
+			// next sample, which errs on the side of the caps.
+			e.mu.Lock()
+			counted, countedBytes := maps.Clone(e.claims.committed), maps.Clone(e.claims.committedBytes)
+			e.mu.Unlock()
 			var open map[string]store.OpenCount
 			if err := e.call(func(ctx context.Context) (err error) {
 				open, err = e.cl.Store.CountOpenActivities(ctx)
@@ -524,8 +535,24 @@ func (e *Engine) runChores() {
 			}); err == nil {
 				e.mu.Lock()
 				e.claims.open = open
-				clear(e.claims.scheduled)
-				clear(e.claims.scheduledBytes)
+				for ns, n := range counted {
+					e.claims.scheduled[ns] -= n
+					if e.claims.committed[ns] -= n; e.claims.committed[ns] == 0 {
+						delete(e.claims.committed, ns)
+					}
+					if e.claims.scheduled[ns] <= 0 {
+						delete(e.claims.scheduled, ns)
+					}
+				}
+				for ns, n := range countedBytes {
+					e.claims.scheduledBytes[ns] -= n
+					if e.claims.committedBytes[ns] -= n; e.claims.committedBytes[ns] == 0 {
+						delete(e.claims.committedBytes, ns)
+					}
+					if e.claims.scheduledBytes[ns] <= 0 {
+						delete(e.claims.scheduledBytes, ns)
+					}
+				}
 				e.mu.Unlock()
 				e.choreOK("count open activities")
 			} else {

@@ -126,7 +126,8 @@ func (e *Engine) reserve(s *slot) {
 		close(s.done)
 		return
 	}
-	if e.cl != nil && (e.maxPending > 0 || e.maxPendingBytes > 0) { // cleared at each sample
+	counted := e.cl != nil && (e.maxPending > 0 || e.maxPendingBytes > 0) // taken off at the next sample after it commits
+	if counted {
 		e.claims.scheduled[k.ns]++
 		e.claims.scheduledBytes[k.ns] += int64(size)
 	}
@@ -139,6 +140,15 @@ func (e *Engine) reserve(s *slot) {
 		creating := a.creating
 		a.creating = nil
 		defer close(creating)
+		if counted {
+			if err == nil && created {
+				e.claims.committed[k.ns]++
+				e.claims.committedBytes[k.ns] += int64(size)
+			} else {
+				e.claims.scheduled[k.ns]--
+				e.claims.scheduledBytes[k.ns] -= int64(size)
+			}
+		}
 		switch {
 		case err != nil:
 			e.dropOpenLocked(a)
