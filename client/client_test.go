@@ -554,7 +554,7 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Finish a2 and a4, fail b1; the others stay scheduled.
+	// Finish a2 and a4, fail b1; the worker keeps running the others.
 	w := e.srv.Connect(t, &aionv1.Register{Namespaces: []string{"l"}, ActivityTypes: []string{"a", "b"}, Slots: 10})
 	for range 6 {
 		task := w.Task()
@@ -603,7 +603,8 @@ func TestListPagesNewestFirstAndFilters(t *testing.T) {
 		{ListOptions{Namespace: "l", PageSize: 1}, "b1,a5,a4,a3,a2,a1"},
 		{ListOptions{Namespace: "l", State: StateCompleted}, "a4,a2"},
 		{ListOptions{Namespace: "l", State: StateFailed, PageSize: 1}, "b1"},
-		{ListOptions{Namespace: "l", State: StateScheduled, ActivityType: "a"}, "a5,a3,a1"},
+		{ListOptions{Namespace: "l", State: StateRunning, ActivityType: "a"}, "a5,a3,a1"},
+		{ListOptions{Namespace: "l", State: StateScheduled, ActivityType: "a"}, ""},
 		{ListOptions{Namespace: "empty"}, ""},
 	} {
 		var got []*Activity
