@@ -535,24 +535,8 @@ func (e *Engine) runChores() {
 			}); err == nil {
 				e.mu.Lock()
 				e.claims.open = open
-				for ns, n := range counted {
-					e.claims.scheduled[ns] -= n
-					if e.claims.committed[ns] -= n; e.claims.committed[ns] == 0 {
-						delete(e.claims.committed, ns)
-					}
-					if e.claims.scheduled[ns] <= 0 {
-						delete(e.claims.scheduled, ns)
-					}
-				}
-				for ns, n := range countedBytes {
-					e.claims.scheduledBytes[ns] -= n
-					if e.claims.committedBytes[ns] -= n; e.claims.committedBytes[ns] == 0 {
-						delete(e.claims.committedBytes, ns)
-					}
-					if e.claims.scheduledBytes[ns] <= 0 {
-						delete(e.claims.scheduledBytes, ns)
-					}
-				}
+				takeOff(e.claims.scheduled, e.claims.committed, counted)
+				takeOff(e.claims.scheduledBytes, e.claims.committedBytes, countedBytes)
 				e.mu.Unlock()
 				e.choreOK("count open activities")
 			} else {
@@ -774,4 +758,17 @@ func (e *Engine) clusterBacklogLocked(now time.Time) []PoolBacklog {
 			OldestAge: max(0, now.Sub(b.OldestReadyAt))})
 	}
 	return out
+}
+
+// takeOff removes counted, which a fresh sample now holds, from both the
+// admitted and the committed counts, dropping namespaces that reach zero.
+func takeOff[N int | int64](scheduled, committed, counted map[string]N) {
+	for ns, n := range counted {
+		if scheduled[ns] -= n; scheduled[ns] <= 0 {
+			delete(scheduled, ns)
+		}
+		if committed[ns] -= n; committed[ns] == 0 {
+			delete(committed, ns)
+		}
+	}
 }

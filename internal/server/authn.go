@@ -155,7 +155,7 @@ func (s *Server) httpAuth(next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
-		if r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody || !s.receiveRate.limited() {
 			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}

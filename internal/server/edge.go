@@ -136,9 +136,12 @@ func (r *receiveRate) drained(caller string, now time.Time) float64 {
 	return left
 }
 
+// limited reports whether a rate applies at all.
+func (r *receiveRate) limited() bool { return r.rate > 0 }
+
 // admit refuses a call from caller while it owes more than the burst.
 func (r *receiveRate) admit(caller string) error {
-	if r.rate <= 0 {
+	if !r.limited() {
 		return nil
 	}
 	r.mu.Lock()
@@ -155,7 +158,7 @@ func (r *receiveRate) admit(caller string) error {
 
 // charge adds a request of n bytes that arrived from caller.
 func (r *receiveRate) charge(caller string, n int) {
-	if r.rate <= 0 || n <= 0 {
+	if !r.limited() || n <= 0 {
 		return
 	}
 	r.mu.Lock()
@@ -214,8 +217,8 @@ func (s *Server) read(ctx context.Context, m any, next func(any) error) error {
 	}
 	err = s.decoder.recv(m, next)
 	release()
-	if msg, ok := m.(proto.Message); ok {
-		s.receiveRate.charge(caller, proto.Size(msg))
+	if msg, ok := m.(proto.Message); ok && s.receiveRate.limited() {
+		s.receiveRate.charge(caller, proto.Size(msg)) // sized only when a rate applies
 	}
 	return err
 }

@@ -171,22 +171,13 @@ func writeBytes(w Write) int {
 	case InsertActivity:
 		return w.Activity.Size()
 	case EndAttempt:
-		n := 128 + len(w.Result) + len(w.HeartbeatDetails)
-		for _, f := range []*Failure{w.ActivityFailure, attemptFailure(w.Attempt)} {
-			if f != nil {
-				n += len(f.Message) + len(f.Type) + len(f.Details)
-			}
+		n := 128 + len(w.Result) + len(w.HeartbeatDetails) + w.ActivityFailure.size()
+		if w.Attempt != nil {
+			n += w.Attempt.Failure.size()
 		}
 		return n
 	}
 	return 0
-}
-
-func attemptFailure(a *Attempt) *Failure {
-	if a == nil {
-		return nil
-	}
-	return a.Failure
 }
 
 // ActivityFilter selects activities for List. Empty fields match all.
@@ -217,10 +208,15 @@ func (a *Activity) Size() int {
 	for _, t := range a.Retry.NonRetryableErrorTypes {
 		n += len(t)
 	}
-	if f := a.Failure; f != nil {
-		n += len(f.Message) + len(f.Type) + len(f.Details)
+	return n + a.Failure.size()
+}
+
+// size is the bytes f's text and details take; a nil failure takes none.
+func (f *Failure) size() int {
+	if f == nil {
+		return 0
 	}
-	return n
+	return len(f.Message) + len(f.Type) + len(f.Details)
 }
 
 // ActivityStore keeps activities and their attempts.
