@@ -161,6 +161,10 @@ func writeKey(w Write) string {
 		return w.Activity.Namespace
 	case EndAttempt:
 		return w.Namespace
+	case InsertRun:
+		return w.Run.Namespace
+	case AppendEvents:
+		return w.Namespace
 	}
 	return ""
 }
@@ -176,8 +180,20 @@ func writeBytes(w Write) int {
 			n += w.Attempt.Failure.size()
 		}
 		return n
+	case InsertRun:
+		return 256 + len(w.Run.Input) + eventsBytes(w.Events)
+	case AppendEvents:
+		return 128 + len(w.Update.Result) + w.Update.Failure.size() + eventsBytes(w.Events)
 	}
 	return 0
+}
+
+func eventsBytes(evs []Event) int {
+	n := 0
+	for _, e := range evs {
+		n += 16 + len(e.Data)
+	}
+	return n
 }
 
 // ActivityFilter selects activities for List. Empty fields match all.

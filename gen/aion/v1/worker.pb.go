@@ -159,6 +159,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Ping
 	//	*WorkerMessage_Drain
 	//	*WorkerMessage_InterventionAck
+	//	*WorkerMessage_WorkflowTaskResult
 	Message       isWorkerMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -255,6 +256,15 @@ func (x *WorkerMessage) GetInterventionAck() *InterventionAck {
 	return nil
 }
 
+func (x *WorkerMessage) GetWorkflowTaskResult() *WorkflowTaskResult {
+	if x != nil {
+		if x, ok := x.Message.(*WorkerMessage_WorkflowTaskResult); ok {
+			return x.WorkflowTaskResult
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Message interface {
 	isWorkerMessage_Message()
 }
@@ -289,6 +299,11 @@ type WorkerMessage_InterventionAck struct {
 	InterventionAck *InterventionAck `protobuf:"bytes,6,opt,name=intervention_ack,json=interventionAck,proto3,oneof"`
 }
 
+type WorkerMessage_WorkflowTaskResult struct {
+	// Reports what a workflow task did.
+	WorkflowTaskResult *WorkflowTaskResult `protobuf:"bytes,7,opt,name=workflow_task_result,json=workflowTaskResult,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Message() {}
 
 func (*WorkerMessage_ActivityResult) isWorkerMessage_Message() {}
@@ -300,6 +315,8 @@ func (*WorkerMessage_Ping) isWorkerMessage_Message() {}
 func (*WorkerMessage_Drain) isWorkerMessage_Message() {}
 
 func (*WorkerMessage_InterventionAck) isWorkerMessage_Message() {}
+
+func (*WorkerMessage_WorkflowTaskResult) isWorkerMessage_Message() {}
 
 // ServerMessage is one frame from the server to a worker.
 type ServerMessage struct {
@@ -316,6 +333,8 @@ type ServerMessage struct {
 	//	*ServerMessage_DrainRequest
 	//	*ServerMessage_Intervention
 	//	*ServerMessage_CancelActivity
+	//	*ServerMessage_WorkflowTask
+	//	*ServerMessage_WorkflowTaskAck
 	Message       isServerMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -430,6 +449,24 @@ func (x *ServerMessage) GetCancelActivity() *CancelActivity {
 	return nil
 }
 
+func (x *ServerMessage) GetWorkflowTask() *WorkflowTask {
+	if x != nil {
+		if x, ok := x.Message.(*ServerMessage_WorkflowTask); ok {
+			return x.WorkflowTask
+		}
+	}
+	return nil
+}
+
+func (x *ServerMessage) GetWorkflowTaskAck() *WorkflowTaskAck {
+	if x != nil {
+		if x, ok := x.Message.(*ServerMessage_WorkflowTaskAck); ok {
+			return x.WorkflowTaskAck
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Message interface {
 	isServerMessage_Message()
 }
@@ -474,6 +511,16 @@ type ServerMessage_CancelActivity struct {
 	CancelActivity *CancelActivity `protobuf:"bytes,8,opt,name=cancel_activity,json=cancelActivity,proto3,oneof"`
 }
 
+type ServerMessage_WorkflowTask struct {
+	// Delivers a run to advance (or to query).
+	WorkflowTask *WorkflowTask `protobuf:"bytes,9,opt,name=workflow_task,json=workflowTask,proto3,oneof"`
+}
+
+type ServerMessage_WorkflowTaskAck struct {
+	// Answers a WorkflowTaskResult.
+	WorkflowTaskAck *WorkflowTaskAck `protobuf:"bytes,10,opt,name=workflow_task_ack,json=workflowTaskAck,proto3,oneof"`
+}
+
 func (*ServerMessage_RegisterAck) isServerMessage_Message() {}
 
 func (*ServerMessage_ActivityTask) isServerMessage_Message() {}
@@ -490,6 +537,10 @@ func (*ServerMessage_Intervention) isServerMessage_Message() {}
 
 func (*ServerMessage_CancelActivity) isServerMessage_Message() {}
 
+func (*ServerMessage_WorkflowTask) isServerMessage_Message() {}
+
+func (*ServerMessage_WorkflowTaskAck) isServerMessage_Message() {}
+
 // Register announces what a worker serves. Registration is authorized for every namespace in
 // the set or refused whole. Names follow the name rule (1 to 128 bytes of ASCII letters,
 // digits and - _ . : / @ + =, kept exactly as given); every count and size limit is in the
@@ -503,7 +554,8 @@ type Register struct {
 	TaskQueue string `protobuf:"bytes,2,opt,name=task_queue,json=taskQueue,proto3" json:"task_queue,omitempty"`
 	// Locality label the worker advertises; empty means none (matches no node pin).
 	Node string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	// Activity types the worker can run: 1 to 256 names.
+	// Activity types the worker can run: up to 256 names. A worker registers at least one
+	// activity type or one workflow type.
 	ActivityTypes []string `protobuf:"bytes,4,rep,name=activity_types,json=activityTypes,proto3" json:"activity_types,omitempty"`
 	// Concurrency limit: the most attempts the server keeps in flight on this worker, at most
 	// 10,000; 0 is treated as 1.
@@ -515,7 +567,15 @@ type Register struct {
 	Identity string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	// Name and version of the SDK the worker uses (for example "aion-go/0.1.0"); clipped to 64
 	// bytes.
-	SdkVersion    string `protobuf:"bytes,8,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
+	SdkVersion string `protobuf:"bytes,8,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
+	// Workflow types the worker can advance: up to 256 names.
+	WorkflowTypes []string `protobuf:"bytes,9,rep,name=workflow_types,json=workflowTypes,proto3" json:"workflow_types,omitempty"`
+	// Version of the worker's workflow code; follows the name rule, required with workflow_types.
+	// A run's workflow tasks go only to workers of the build id it started on (docs/workflows.md).
+	BuildId string `protobuf:"bytes,10,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// The most workflow tasks the server keeps in flight on this worker, apart from its activity
+	// slots; 0 means 100 when workflow_types is set.
+	WorkflowSlots uint32 `protobuf:"varint,11,opt,name=workflow_slots,json=workflowSlots,proto3" json:"workflow_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +664,27 @@ func (x *Register) GetSdkVersion() string {
 		return x.SdkVersion
 	}
 	return ""
+}
+
+func (x *Register) GetWorkflowTypes() []string {
+	if x != nil {
+		return x.WorkflowTypes
+	}
+	return nil
+}
+
+func (x *Register) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *Register) GetWorkflowSlots() uint32 {
+	if x != nil {
+		return x.WorkflowSlots
+	}
+	return 0
 }
 
 // ActivityResult reports the outcome of an attempt and frees the attempt's slot (see
@@ -1203,8 +1284,14 @@ type ActivityTask struct {
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// Details of the last heartbeat of a previous attempt, for resuming progress; empty if none.
 	LastHeartbeatDetails []byte `protobuf:"bytes,13,opt,name=last_heartbeat_details,json=lastHeartbeatDetails,proto3" json:"last_heartbeat_details,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// For a workflow's step: the workflow id; empty for an activity scheduled on its own.
+	WorkflowId string `protobuf:"bytes,14,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// For a workflow's step: the run id.
+	RunId string `protobuf:"bytes,15,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// For a workflow's step: the step number.
+	Step          int64 `protobuf:"varint,16,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActivityTask) Reset() {
@@ -1326,6 +1413,27 @@ func (x *ActivityTask) GetLastHeartbeatDetails() []byte {
 		return x.LastHeartbeatDetails
 	}
 	return nil
+}
+
+func (x *ActivityTask) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *ActivityTask) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ActivityTask) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
 }
 
 // ResultAck answers an ActivityResult; status says what became of it. Whatever the status the
@@ -1769,15 +1877,16 @@ var File_aion_v1_worker_proto protoreflect.FileDescriptor
 
 const file_aion_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x14aion/v1/worker.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x02\n" +
+	"\x14aion/v1/worker.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x03\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.aion.v1.RegisterH\x00R\bregister\x12B\n" +
 	"\x0factivity_result\x18\x02 \x01(\v2\x17.aion.v1.ActivityResultH\x00R\x0eactivityResult\x12K\n" +
 	"\x12activity_heartbeat\x18\x03 \x01(\v2\x1a.aion.v1.ActivityHeartbeatH\x00R\x11activityHeartbeat\x12#\n" +
 	"\x04ping\x18\x04 \x01(\v2\r.aion.v1.PingH\x00R\x04ping\x12&\n" +
 	"\x05drain\x18\x05 \x01(\v2\x0e.aion.v1.DrainH\x00R\x05drain\x12E\n" +
-	"\x10intervention_ack\x18\x06 \x01(\v2\x18.aion.v1.InterventionAckH\x00R\x0finterventionAckB\t\n" +
-	"\amessage\"\xea\x03\n" +
+	"\x10intervention_ack\x18\x06 \x01(\v2\x18.aion.v1.InterventionAckH\x00R\x0finterventionAck\x12O\n" +
+	"\x14workflow_task_result\x18\a \x01(\v2\x1b.aion.v1.WorkflowTaskResultH\x00R\x12workflowTaskResultB\t\n" +
+	"\amessage\"\xf0\x04\n" +
 	"\rServerMessage\x129\n" +
 	"\fregister_ack\x18\x01 \x01(\v2\x14.aion.v1.RegisterAckH\x00R\vregisterAck\x12<\n" +
 	"\ractivity_task\x18\x02 \x01(\v2\x15.aion.v1.ActivityTaskH\x00R\factivityTask\x123\n" +
@@ -1787,8 +1896,11 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\x04pong\x18\x05 \x01(\v2\r.aion.v1.PongH\x00R\x04pong\x12<\n" +
 	"\rdrain_request\x18\x06 \x01(\v2\x15.aion.v1.DrainRequestH\x00R\fdrainRequest\x12;\n" +
 	"\fintervention\x18\a \x01(\v2\x15.aion.v1.InterventionH\x00R\fintervention\x12B\n" +
-	"\x0fcancel_activity\x18\b \x01(\v2\x17.aion.v1.CancelActivityH\x00R\x0ecancelActivityB\t\n" +
-	"\amessage\"\x9b\x02\n" +
+	"\x0fcancel_activity\x18\b \x01(\v2\x17.aion.v1.CancelActivityH\x00R\x0ecancelActivity\x12<\n" +
+	"\rworkflow_task\x18\t \x01(\v2\x15.aion.v1.WorkflowTaskH\x00R\fworkflowTask\x12F\n" +
+	"\x11workflow_task_ack\x18\n" +
+	" \x01(\v2\x18.aion.v1.WorkflowTaskAckH\x00R\x0fworkflowTaskAckB\t\n" +
+	"\amessage\"\x84\x03\n" +
 	"\bRegister\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
@@ -1801,7 +1913,11 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\fcapabilities\x18\x06 \x03(\x0e2\x1e.aion.v1.InterventionPrimitiveR\fcapabilities\x12\x1a\n" +
 	"\bidentity\x18\a \x01(\tR\bidentity\x12\x1f\n" +
 	"\vsdk_version\x18\b \x01(\tR\n" +
-	"sdkVersion\"\x95\x02\n" +
+	"sdkVersion\x12%\n" +
+	"\x0eworkflow_types\x18\t \x03(\tR\rworkflowTypes\x12\x19\n" +
+	"\bbuild_id\x18\n" +
+	" \x01(\tR\abuildId\x12%\n" +
+	"\x0eworkflow_slots\x18\v \x01(\rR\rworkflowSlots\"\x95\x02\n" +
 	"\x0eActivityResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1836,7 +1952,7 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\vRegisterAck\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12D\n" +
 	"\x10heartbeat_window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0fheartbeatWindow\x12>\n" +
-	"\rping_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fpingInterval\"\xe1\x04\n" +
+	"\rping_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fpingInterval\"\xad\x05\n" +
 	"\fActivityTask\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1853,7 +1969,11 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x13startToCloseTimeout\x12F\n" +
 	"\x11heartbeat_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x126\n" +
 	"\bdeadline\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x124\n" +
-	"\x16last_heartbeat_details\x18\r \x01(\fR\x14lastHeartbeatDetails\"\xad\x01\n" +
+	"\x16last_heartbeat_details\x18\r \x01(\fR\x14lastHeartbeatDetails\x12\x1f\n" +
+	"\vworkflow_id\x18\x0e \x01(\tR\n" +
+	"workflowId\x12\x15\n" +
+	"\x06run_id\x18\x0f \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x10 \x01(\x03R\x04step\"\xad\x01\n" +
 	"\tResultAck\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1933,11 +2053,14 @@ var file_aion_v1_worker_proto_goTypes = []any{
 	(*DrainRequest)(nil),          // 17: aion.v1.DrainRequest
 	(*Intervention)(nil),          // 18: aion.v1.Intervention
 	(*CancelActivity)(nil),        // 19: aion.v1.CancelActivity
-	(InterventionPrimitive)(0),    // 20: aion.v1.InterventionPrimitive
-	(*Failure)(nil),               // 21: aion.v1.Failure
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*InterventionCommand)(nil),   // 24: aion.v1.InterventionCommand
+	(*WorkflowTaskResult)(nil),    // 20: aion.v1.WorkflowTaskResult
+	(*WorkflowTask)(nil),          // 21: aion.v1.WorkflowTask
+	(*WorkflowTaskAck)(nil),       // 22: aion.v1.WorkflowTaskAck
+	(InterventionPrimitive)(0),    // 23: aion.v1.InterventionPrimitive
+	(*Failure)(nil),               // 24: aion.v1.Failure
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*InterventionCommand)(nil),   // 27: aion.v1.InterventionCommand
 }
 var file_aion_v1_worker_proto_depIdxs = []int32{
 	4,  // 0: aion.v1.WorkerMessage.register:type_name -> aion.v1.Register
@@ -1946,36 +2069,39 @@ var file_aion_v1_worker_proto_depIdxs = []int32{
 	9,  // 3: aion.v1.WorkerMessage.ping:type_name -> aion.v1.Ping
 	10, // 4: aion.v1.WorkerMessage.drain:type_name -> aion.v1.Drain
 	11, // 5: aion.v1.WorkerMessage.intervention_ack:type_name -> aion.v1.InterventionAck
-	12, // 6: aion.v1.ServerMessage.register_ack:type_name -> aion.v1.RegisterAck
-	13, // 7: aion.v1.ServerMessage.activity_task:type_name -> aion.v1.ActivityTask
-	14, // 8: aion.v1.ServerMessage.result_ack:type_name -> aion.v1.ResultAck
-	15, // 9: aion.v1.ServerMessage.heartbeat_ack:type_name -> aion.v1.HeartbeatAck
-	16, // 10: aion.v1.ServerMessage.pong:type_name -> aion.v1.Pong
-	17, // 11: aion.v1.ServerMessage.drain_request:type_name -> aion.v1.DrainRequest
-	18, // 12: aion.v1.ServerMessage.intervention:type_name -> aion.v1.Intervention
-	19, // 13: aion.v1.ServerMessage.cancel_activity:type_name -> aion.v1.CancelActivity
-	20, // 14: aion.v1.Register.capabilities:type_name -> aion.v1.InterventionPrimitive
-	6,  // 15: aion.v1.ActivityResult.completed:type_name -> aion.v1.ActivityCompleted
-	21, // 16: aion.v1.ActivityResult.failed:type_name -> aion.v1.Failure
-	7,  // 17: aion.v1.ActivityResult.canceled:type_name -> aion.v1.ActivityCanceled
-	22, // 18: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
-	22, // 19: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
-	23, // 20: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 21: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
-	22, // 22: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
-	22, // 23: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
-	23, // 24: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 25: aion.v1.ResultAck.status:type_name -> aion.v1.ResultStatus
-	23, // 26: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 27: aion.v1.DrainRequest.reason:type_name -> aion.v1.DrainReason
-	24, // 28: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
-	2,  // 29: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
-	3,  // 30: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
-	30, // [30:31] is the sub-list for method output_type
-	29, // [29:30] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	20, // 6: aion.v1.WorkerMessage.workflow_task_result:type_name -> aion.v1.WorkflowTaskResult
+	12, // 7: aion.v1.ServerMessage.register_ack:type_name -> aion.v1.RegisterAck
+	13, // 8: aion.v1.ServerMessage.activity_task:type_name -> aion.v1.ActivityTask
+	14, // 9: aion.v1.ServerMessage.result_ack:type_name -> aion.v1.ResultAck
+	15, // 10: aion.v1.ServerMessage.heartbeat_ack:type_name -> aion.v1.HeartbeatAck
+	16, // 11: aion.v1.ServerMessage.pong:type_name -> aion.v1.Pong
+	17, // 12: aion.v1.ServerMessage.drain_request:type_name -> aion.v1.DrainRequest
+	18, // 13: aion.v1.ServerMessage.intervention:type_name -> aion.v1.Intervention
+	19, // 14: aion.v1.ServerMessage.cancel_activity:type_name -> aion.v1.CancelActivity
+	21, // 15: aion.v1.ServerMessage.workflow_task:type_name -> aion.v1.WorkflowTask
+	22, // 16: aion.v1.ServerMessage.workflow_task_ack:type_name -> aion.v1.WorkflowTaskAck
+	23, // 17: aion.v1.Register.capabilities:type_name -> aion.v1.InterventionPrimitive
+	6,  // 18: aion.v1.ActivityResult.completed:type_name -> aion.v1.ActivityCompleted
+	24, // 19: aion.v1.ActivityResult.failed:type_name -> aion.v1.Failure
+	7,  // 20: aion.v1.ActivityResult.canceled:type_name -> aion.v1.ActivityCanceled
+	25, // 21: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
+	25, // 22: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
+	26, // 23: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
+	26, // 24: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
+	25, // 25: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
+	25, // 26: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
+	26, // 27: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 28: aion.v1.ResultAck.status:type_name -> aion.v1.ResultStatus
+	26, // 29: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 30: aion.v1.DrainRequest.reason:type_name -> aion.v1.DrainReason
+	27, // 31: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
+	2,  // 32: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
+	3,  // 33: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
+	33, // [33:34] is the sub-list for method output_type
+	32, // [32:33] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_worker_proto_init() }
@@ -1985,6 +2111,7 @@ func file_aion_v1_worker_proto_init() {
 	}
 	file_aion_v1_common_proto_init()
 	file_aion_v1_intervention_proto_init()
+	file_aion_v1_workflow_proto_init()
 	file_aion_v1_worker_proto_msgTypes[0].OneofWrappers = []any{
 		(*WorkerMessage_Register)(nil),
 		(*WorkerMessage_ActivityResult)(nil),
@@ -1992,6 +2119,7 @@ func file_aion_v1_worker_proto_init() {
 		(*WorkerMessage_Ping)(nil),
 		(*WorkerMessage_Drain)(nil),
 		(*WorkerMessage_InterventionAck)(nil),
+		(*WorkerMessage_WorkflowTaskResult)(nil),
 	}
 	file_aion_v1_worker_proto_msgTypes[1].OneofWrappers = []any{
 		(*ServerMessage_RegisterAck)(nil),
@@ -2002,6 +2130,8 @@ func file_aion_v1_worker_proto_init() {
 		(*ServerMessage_DrainRequest)(nil),
 		(*ServerMessage_Intervention)(nil),
 		(*ServerMessage_CancelActivity)(nil),
+		(*ServerMessage_WorkflowTask)(nil),
+		(*ServerMessage_WorkflowTaskAck)(nil),
 	}
 	file_aion_v1_worker_proto_msgTypes[3].OneofWrappers = []any{
 		(*ActivityResult_Completed)(nil),

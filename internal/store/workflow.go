@@ -1,0 +1,151 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// RunStatus is where a workflow run is in its life. Every status but
+// RunRunning is closed.
+type RunStatus string
+
+// The run statuses.
+const (
+	RunRunning        RunStatus = "running"
+	RunCompleted      RunStatus = "completed"
+	RunFailed         RunStatus = "failed"
+	RunCanceled       RunStatus = "canceled"
+	RunTerminated     RunStatus = "terminated"
+	RunContinuedAsNew RunStatus = "continued_as_new"
+)
+
+// RunStatuses lists every status, open first.
+var RunStatuses = []RunStatus{RunRunning, RunCompleted, RunFailed, RunCanceled, RunTerminated, RunContinuedAsNew}
+
+// Closed reports whether the run has ended.
+func (s RunStatus) Closed() bool { return s != RunRunning && s.Valid() }
+
+// Valid reports whether s is a known status.
+func (s RunStatus) Valid() bool {
+	switch s {
+	case RunRunning, RunCompleted, RunFailed, RunCanceled, RunTerminated, RunContinuedAsNew:
+		return true
+	}
+	return false
+}
+
+// Run is the durable record of one execution of a workflow id.
+type Run struct {
+	Namespace    string
+	WorkflowID   string
+	RunID        string
+	WorkflowType string
+	TaskQueue    string
+	// BuildID is the build of the code the run started on; empty until
+	// its first workflow task's commands were recorded.
+	BuildID string
+	Status  RunStatus
+	Input   []byte
+	Result  []byte
+	Failure *Failure
+	// Fingerprint identifies the Start request, so a repeated start can be
+	// told apart from a different request reusing the workflow id.
+	Fingerprint string
+	// ParentWorkflowID, ParentRunID and ParentStep name the step of the
+	// parent run that started this one as a child; empty for a top run.
+	ParentWorkflowID string
+	ParentRunID      string
+	ParentStep       int64
+	// NextRunID is the run this one continued as.
+	NextRunID string
+	// TaskFailure is the last workflow task failure while the run is open
+	// (a non-deterministic error, a panic); empty once a task succeeds.
+	TaskFailure string
+	// HistoryLength is the sequence number of the run's last event.
+	HistoryLength int64
+	StartedAt     time.Time
+	ClosedAt      time.Time
+	// Seq orders runs by start within one store; set by the store.
+	Seq int64
+}
+
+// Event is one entry of a run's history: its sequence number (from 1,
+// without gaps) and the event as the engine encoded it. The store never
+// reads Data.
+type Event struct {
+	Seq  int64
+	Data []byte
+}
+
+// InsertRun records a new open run with its first events. If an open run
+// of the same namespace and workflow id exists, or a run with the same run
+// id, nothing changes and Apply reports false for this write.
+type InsertRun struct {
+	Run    Run
+	Events []Event
+}
+
+// AppendEvents adds events to an open run's history and applies Update to
+// its record, only while the run is open and its history is exactly After
+// events long (a fence: two writers of one run cannot both append after
+// the same event). Events must be numbered After+1, After+2, …. Otherwise
+// nothing changes and Apply reports false for this write.
+type AppendEvents struct {
+	Namespace, RunID string
+	After            int64
+	Events           []Event
+	Update           RunUpdate
+	// Owner, when set, applies the write only while that server owns the
+	// run (cluster mode). Backends without a cluster ignore it.
+	Owner ServerID
+}
+
+// RunUpdate changes a run's record alongside an AppendEvents. Zero fields
+// change nothing.
+type RunUpdate struct {
+	// BuildID records the build the run is bound to.
+	BuildID string
+	// TaskFailure, when set, replaces the run's task failure ("" clears it).
+	TaskFailure *string
+	// Status, when set to a closed status, closes the run with Result,
+	// Failure, NextRunID and ClosedAt.
+	Status    RunStatus
+	Result    []byte
+	Failure   *Failure
+	NextRunID string
+	ClosedAt  time.Time
+}
+
+func (InsertRun) write()    {}
+func (AppendEvents) write() {}
+
+// RunFilter selects runs for ListRuns. Empty fields match all.
+type RunFilter struct {
+	Namespace    string
+	Status       RunStatus
+	WorkflowType string
+	WorkflowID   string
+	// Limit caps the page; 0 means 100.
+	Limit int
+	// Before continues a listing: only runs started before the one with
+	// this Seq (newest first). 0 starts at the newest.
+	Before int64
+}
+
+// WorkflowStore keeps runs and their histories.
+type WorkflowStore interface {
+	// GetRun returns one run, or an error wrapping ErrNotFound.
+	GetRun(ctx context.Context, namespace, runID string) (Run, error)
+	// LatestRun returns the open run of a workflow id or, when none is
+	// open, its most recently started run; an error wrapping ErrNotFound
+	// when it never ran.
+	LatestRun(ctx context.Context, namespace, workflowID string) (Run, error)
+	// ListRuns returns matching runs, newest first, without their input
+	// and result.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// ReadHistory returns up to limit events of a run with a sequence
+	// number above after, in order; limit 0 means all of them.
+	ReadHistory(ctx context.Context, namespace, runID string, after int64, limit int) ([]Event, error)
+	// OpenRuns returns every open run, oldest first, for recovery.
+	OpenRuns(ctx context.Context) ([]Run, error)
+}
