@@ -77,9 +77,13 @@ type Worker struct {
 	sdkVersion    string
 	server        string
 	capabilities  atomic.Uint32
+	workflowTypes []string
+	buildID       string
+	wfSlots       int
 
 	// Guarded by Registry.mu.
 	used     int
+	wfUsed   int
 	draining bool
 	gone     bool
 	links    []*link
@@ -121,6 +125,19 @@ func (w *Worker) Triples(fn func(Triple)) {
 	}
 }
 
+// WorkflowTriples calls fn for each workflow triple the worker serves: its
+// workflow types, at its build id, in each of its namespaces.
+func (w *Worker) WorkflowTriples(fn func(Triple)) {
+	for _, ns := range w.namespaces {
+		for _, typ := range w.workflowTypes {
+			fn(Triple{Pool: PoolAddress{Namespace: ns, TaskQueue: w.taskQueue}, ActivityType: typ, Kind: KindWorkflow, Build: w.buildID})
+		}
+	}
+}
+
+// BuildID returns the build id of the worker's workflow code, or "".
+func (w *Worker) BuildID() string { return w.buildID }
+
 // Serves reports whether the worker is registered for namespace ns.
 func (w *Worker) Serves(ns string) bool {
 	_, ok := slices.BinarySearch(w.namespaces, ns)
@@ -151,12 +168,15 @@ type Registry struct {
 	hooks     Hooks
 	server    string
 
-	mu        sync.Mutex
-	nextID    WorkerID
-	workers   map[WorkerID]*Worker
-	triples   map[Triple]*triple
-	waits     map[Triple]*waitList
-	perNS     map[string]int
+	mu      sync.Mutex
+	nextID  WorkerID
+	workers map[WorkerID]*Worker
+	triples map[Triple]*triple
+	waits   map[Triple]*waitList
+	perNS   map[string]int
+	// builds orders the build ids of each workflow type in a pool by when
+	// the server first saw them, while any worker of the type is connected.
+	builds    map[workflowKey]*buildOrder
 	pending   []func() // hook calls queued under mu, run in order by flush
 	hooksBusy sync.Mutex
 }
@@ -172,6 +192,7 @@ func New(opts Options) *Registry {
 		triples:   make(map[Triple]*triple),
 		waits:     make(map[Triple]*waitList),
 		perNS:     make(map[string]int),
+		builds:    make(map[workflowKey]*buildOrder),
 	}
 }
 
@@ -213,6 +234,9 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 		identity:      spec.Identity,
 		sdkVersion:    spec.SDKVersion,
 		server:        r.server,
+		workflowTypes: spec.WorkflowTypes,
+		buildID:       spec.BuildID,
+		wfSlots:       spec.WorkflowSlots,
 	}
 	w.capabilities.Store(uint32(spec.Capabilities))
 
@@ -223,6 +247,10 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 	for _, ns := range w.namespaces {
 		for _, typ := range w.activityTypes {
 			r.join(w, NewTriple(ns, w.taskQueue, typ))
+		}
+		for _, typ := range w.workflowTypes {
+			r.join(w, NewWorkflowTriple(ns, w.taskQueue, typ, w.buildID))
+			r.noteBuildLocked(workflowKey{Pool(ns, w.taskQueue), typ}, w.buildID)
 		}
 		r.perNS[ns]++
 	}
@@ -248,7 +276,7 @@ func (r *Registry) join(w *Worker, key Triple) {
 	}
 	t.members[w.id] = w
 	w.triples = append(w.triples, t)
-	l := &link{w: w, ring: &t.ready}
+	l := &link{w: w, ring: &t.ready, kind: key.Kind}
 	t.ready.members++
 	t.ready.insert(l)
 	w.links = append(w.links, l)
@@ -263,7 +291,7 @@ func (r *Registry) join(w *Worker, key Triple) {
 		nr = &ring{}
 		t.byNode[w.node] = nr
 	}
-	nl := &link{w: w, ring: nr}
+	nl := &link{w: w, ring: nr, kind: key.Kind}
 	nr.members++
 	nr.insert(nl)
 	w.links = append(w.links, nl)
@@ -279,8 +307,8 @@ func validate(spec *Spec) error {
 			return fmt.Errorf("namespaces: empty name: %w", ErrInvalidSpec)
 		}
 	}
-	if len(spec.ActivityTypes) == 0 {
-		return fmt.Errorf("activity_types: at least one is required: %w", ErrInvalidSpec)
+	if len(spec.ActivityTypes) == 0 && len(spec.WorkflowTypes) == 0 {
+		return fmt.Errorf("activity_types: at least one activity type or workflow type is required: %w", ErrInvalidSpec)
 	}
 	spec.ActivityTypes = sortedSet(spec.ActivityTypes)
 	for _, typ := range spec.ActivityTypes {
@@ -290,6 +318,20 @@ func validate(spec *Spec) error {
 	}
 	if spec.Slots < 1 {
 		return fmt.Errorf("slots: %d, want at least 1: %w", spec.Slots, ErrInvalidSpec)
+	}
+	spec.WorkflowTypes = sortedSet(spec.WorkflowTypes)
+	for _, typ := range spec.WorkflowTypes {
+		if typ == "" {
+			return fmt.Errorf("workflow_types: empty name: %w", ErrInvalidSpec)
+		}
+	}
+	if len(spec.WorkflowTypes) > 0 {
+		if spec.BuildID == "" {
+			return fmt.Errorf("build_id: required with workflow_types %q: %w", spec.WorkflowTypes, ErrInvalidSpec)
+		}
+		if spec.WorkflowSlots < 1 {
+			return fmt.Errorf("workflow_slots: %d, want at least 1: %w", spec.WorkflowSlots, ErrInvalidSpec)
+		}
 	}
 	if spec.Delivery == nil {
 		return fmt.Errorf("delivery: missing: %w", ErrInvalidSpec)
@@ -343,6 +385,11 @@ func (r *Registry) remove(id WorkerID, reason Reason) bool {
 			delete(r.triples, t.key)
 		}
 	}
+	for _, ns := range w.namespaces {
+		for _, typ := range w.workflowTypes {
+			r.forgetBuildsLocked(workflowKey{Pool(ns, w.taskQueue), typ})
+		}
+	}
 	w.links, w.triples = nil, nil
 	for _, ns := range w.namespaces {
 		if r.perNS[ns]--; r.perNS[ns] == 0 {
@@ -380,11 +427,44 @@ func (r *Registry) selectLocked(key Triple, m Match) *Worker {
 	if w == nil {
 		return nil
 	}
+	w.takeLocked(key.Kind)
+	return w
+}
+
+// takeLocked takes one slot of kind; a worker whose slots of that kind are
+// all taken leaves the rings of that kind.
+func (w *Worker) takeLocked(kind TaskKind) {
+	if kind == KindWorkflow {
+		w.wfUsed++
+		if w.wfUsed >= w.wfSlots {
+			w.unlink(KindWorkflow)
+		}
+		return
+	}
 	w.used++
 	if w.used >= w.slots {
-		w.unlinkAll()
+		w.unlink(KindActivity)
 	}
-	return w
+}
+
+// Take takes a slot of kind on worker w itself, bypassing round-robin: a
+// workflow task goes back to the worker that holds its run in memory. It
+// reports false when w has left, is draining or has no free slot of kind.
+func (r *Registry) Take(w *Worker, kind TaskKind) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.gone || w.draining {
+		return false
+	}
+	if kind == KindWorkflow {
+		if w.wfUsed >= w.wfSlots {
+			return false
+		}
+	} else if w.used >= w.slots {
+		return false
+	}
+	w.takeLocked(kind)
+	return true
 }
 
 // pick returns the next worker matching m without taking a slot.
@@ -414,22 +494,41 @@ func (w *Worker) unlinkAll() {
 	}
 }
 
-func (w *Worker) linkAll() {
+// unlink takes w out of the rings of one kind.
+func (w *Worker) unlink(kind TaskKind) {
 	for _, l := range w.links {
-		l.ring.insert(l)
+		if l.kind == kind {
+			l.ring.remove(l)
+		}
 	}
 }
 
-// Release returns a slot taken by Select. A worker that was full becomes
-// selectable again and wakes callers waiting on its triples. Releasing a
-// worker that has since left is allowed and does nothing else.
-func (r *Registry) Release(w *Worker) {
-	r.mu.Lock()
-	if w.used > 0 {
-		w.used--
+// link puts w back in the rings of one kind.
+func (w *Worker) link(kind TaskKind) {
+	for _, l := range w.links {
+		if l.kind == kind {
+			l.ring.insert(l)
+		}
 	}
-	if !w.gone && !w.draining && w.used == w.slots-1 {
-		w.linkAll()
+}
+
+// Release returns an activity slot taken by Select. A worker that was full
+// becomes selectable again and wakes callers waiting on its triples.
+// Releasing a worker that has since left is allowed and does nothing else.
+func (r *Registry) Release(w *Worker) { r.ReleaseKind(w, KindActivity) }
+
+// ReleaseKind returns a slot of kind taken by Select or Take.
+func (r *Registry) ReleaseKind(w *Worker, kind TaskKind) {
+	r.mu.Lock()
+	used, slots := &w.used, w.slots
+	if kind == KindWorkflow {
+		used, slots = &w.wfUsed, w.wfSlots
+	}
+	if *used > 0 {
+		*used--
+	}
+	if !w.gone && !w.draining && *used == slots-1 {
+		w.link(kind)
 		r.wakeLocked(w)
 	}
 	r.mu.Unlock()
@@ -568,13 +667,15 @@ func (r *Registry) Workers() []WorkerInfo {
 	return out
 }
 
-// Triples lists every triple at least one connected worker serves.
+// Triples lists every activity triple at least one connected worker serves.
 func (r *Registry) Triples() []Triple {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]Triple, 0, len(r.triples))
 	for t := range r.triples {
-		out = append(out, t)
+		if t.Kind == KindActivity {
+			out = append(out, t)
+		}
 	}
 	return out
 }
@@ -614,6 +715,7 @@ func (r *Registry) Census() Census {
 		Triples:    len(r.triples),
 		Waiters:    len(r.waits),
 		Namespaces: len(r.perNS),
+		Builds:     len(r.builds),
 	}
 	for _, t := range r.triples {
 		c.Rings += 1 + len(t.byNode)
@@ -630,13 +732,19 @@ func (w *Worker) infoLocked() WorkerInfo {
 		ActivityTypes: slices.Clone(w.activityTypes),
 		Slots:         w.slots,
 		SlotsInUse:    w.used,
-		Draining:      w.draining,
-		Capabilities:  w.Capabilities(),
-		Transport:     w.delivery.Transport(),
-		ConnectedAt:   w.connectedAt,
-		Identity:      w.identity,
-		SDKVersion:    w.sdkVersion,
-		Server:        w.server,
+
+		WorkflowTypes:      slices.Clone(w.workflowTypes),
+		BuildID:            w.buildID,
+		WorkflowSlots:      w.wfSlots,
+		WorkflowSlotsInUse: w.wfUsed,
+
+		Draining:     w.draining,
+		Capabilities: w.Capabilities(),
+		Transport:    w.delivery.Transport(),
+		ConnectedAt:  w.connectedAt,
+		Identity:     w.identity,
+		SDKVersion:   w.sdkVersion,
+		Server:       w.server,
 	}
 }
 

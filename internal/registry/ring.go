@@ -18,6 +18,9 @@ type link struct {
 	ring       *ring
 	prev, next *link
 	linked     bool
+	// kind is the kind of the triple the ring belongs to: a worker leaves
+	// the rings of one kind when its slots of that kind fill.
+	kind TaskKind
 }
 
 // next returns the worker under the cursor and moves the cursor on, or nil

@@ -38,11 +38,28 @@ func Pool(namespace, taskQueue string) PoolAddress {
 // String renders the pool as namespace/task-queue.
 func (p PoolAddress) String() string { return p.Namespace + "/" + p.TaskQueue }
 
-// Triple is the unit of selection: an activity type inside a pool. Workers of
-// one triple are used round-robin with their own cursor.
+// TaskKind is what a selection hands a worker: an activity attempt or a
+// workflow task. Each kind has its own slots on a worker, so a worker busy
+// with activities can still advance the workflows waiting on them.
+type TaskKind uint8
+
+// The task kinds.
+const (
+	// KindActivity: an attempt of an activity; ActivityType is its type.
+	KindActivity TaskKind = iota
+	// KindWorkflow: a workflow task; ActivityType holds the workflow type
+	// and Build the build id of the code that must run it.
+	KindWorkflow
+)
+
+// Triple is the unit of selection: an activity type inside a pool (or, for
+// KindWorkflow, a workflow type and build id inside a pool). Workers of one
+// triple are used round-robin with their own cursor.
 type Triple struct {
 	Pool         PoolAddress
 	ActivityType string
+	Kind         TaskKind
+	Build        string
 }
 
 // NewTriple returns the triple (namespace, taskQueue, activityType), reading an
@@ -51,8 +68,20 @@ func NewTriple(namespace, taskQueue, activityType string) Triple {
 	return Triple{Pool: Pool(namespace, taskQueue), ActivityType: activityType}
 }
 
-// String renders the triple as namespace/task-queue/activity-type.
-func (t Triple) String() string { return t.Pool.String() + "/" + t.ActivityType }
+// NewWorkflowTriple returns the triple of workers running build of
+// workflowType in (namespace, taskQueue).
+func NewWorkflowTriple(namespace, taskQueue, workflowType, build string) Triple {
+	return Triple{Pool: Pool(namespace, taskQueue), ActivityType: workflowType, Kind: KindWorkflow, Build: build}
+}
+
+// String renders the triple as namespace/task-queue/activity-type, or
+// namespace/task-queue/workflow:type@build for a workflow triple.
+func (t Triple) String() string {
+	if t.Kind == KindWorkflow {
+		return t.Pool.String() + "/workflow:" + t.ActivityType + "@" + t.Build
+	}
+	return t.Pool.String() + "/" + t.ActivityType
+}
 
 // Reason says why a worker left the registry.
 type Reason string
@@ -117,10 +146,19 @@ type Spec struct {
 	// Node is the locality label the worker runs on; empty means none, and
 	// a worker with no node never matches a node pin.
 	Node string
-	// ActivityTypes the worker can run; duplicates collapse. At least one.
+	// ActivityTypes the worker can run; duplicates collapse. At least one
+	// activity type or one workflow type.
 	ActivityTypes []string
 	// Slots is how many attempts the worker runs at once; at least 1.
 	Slots int
+	// WorkflowTypes the worker can advance; duplicates collapse.
+	WorkflowTypes []string
+	// BuildID is the version of the worker's workflow code; required with
+	// WorkflowTypes.
+	BuildID string
+	// WorkflowSlots is how many workflow tasks the worker runs at once;
+	// at least 1 with WorkflowTypes.
+	WorkflowSlots int
 	// Capabilities are the intervention primitives the worker supports.
 	Capabilities Capabilities
 	// Delivery reaches the worker.
@@ -138,12 +176,18 @@ type WorkerInfo struct {
 	ActivityTypes []string
 	Slots         int
 	SlotsInUse    int
-	Draining      bool
-	Capabilities  Capabilities
-	Transport     Transport
-	ConnectedAt   time.Time
-	Identity      string
-	SDKVersion    string
+	// WorkflowTypes, BuildID and the workflow slots are set for a worker
+	// that advances workflows.
+	WorkflowTypes      []string
+	BuildID            string
+	WorkflowSlots      int
+	WorkflowSlotsInUse int
+	Draining           bool
+	Capabilities       Capabilities
+	Transport          Transport
+	ConnectedAt        time.Time
+	Identity           string
+	SDKVersion         string
 	// Server names the server the worker is connected to (set in a cluster).
 	Server string
 }
@@ -160,4 +204,6 @@ type Census struct {
 	Waiters int
 	// Namespaces with at least one connected worker.
 	Namespaces int
+	// Builds are workflow types whose build order is remembered.
+	Builds int
 }
