@@ -239,7 +239,8 @@ func (f *Failure) size() int {
 type ActivityStore interface {
 	// Apply commits writes in one transaction, in order, and reports per
 	// write whether it changed anything (false for an InsertActivity whose
-	// id exists, or a write about an activity that does not exist).
+	// id exists, or a write about an activity that does not exist). A batch
+	// holding a write ValidateWrite refuses fails whole and changes nothing.
 	Apply(ctx context.Context, writes []Write) ([]bool, error)
 	// GetActivity returns one activity, or an error wrapping ErrNotFound.
 	GetActivity(ctx context.Context, namespace, id string) (Activity, error)

@@ -159,6 +159,7 @@ type NamespaceStore interface {
 type Store interface {
 	NamespaceStore
 	ActivityStore
+	WorkflowStore
 	// Close releases the backend's resources; it is safe to call once.
 	Close() error
 }

@@ -59,6 +59,9 @@ var endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
 func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
 	b := &pgx.Batch{}
 	for i, w := range writes {
+		if err := store.ValidateWrite(w); err != nil {
+			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+		}
 		switch w := w.(type) {
 		case store.InsertActivity:
 			a := w.Activity
@@ -86,6 +89,10 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			} else {
 				b.Queue(endActivitySQL, args...)
 			}
+		case store.InsertRun:
+			queueInsertRun(b, w)
+		case store.AppendEvents:
+			queueAppendEvents(b, w)
 		default:
 			return nil, fmt.Errorf("apply %d writes: write %d: unknown write %T", len(writes), i, w)
 		}
@@ -105,7 +112,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				var tag pgconn.CommandTag
 				tag, err = br.Exec()
 				changed[i] = tag.RowsAffected() > 0
-			case store.EndAttempt:
+			case store.EndAttempt, store.InsertRun, store.AppendEvents:
 				var n int64
 				err = br.QueryRow().Scan(&n)
 				changed[i] = n > 0

@@ -150,6 +150,46 @@ var migrations = []string{
 	-- deadlines are now measured from it.
 	UPDATE activities SET ready_at = scheduled_at WHERE ready_at = 0 AND state = 'scheduled';
 	UPDATE activities SET wait_deadline = ` + waitDeadline("timeouts", "scheduled_at", "ready_at") + ` WHERE state = 'scheduled'`,
+	// Workflow runs and their histories. At most one run of a workflow id
+	// is open (runs_open_workflow). owner is the server that holds an open
+	// run in cluster mode, 0 for none.
+	`CREATE TABLE runs (
+		seq                bigserial PRIMARY KEY,
+		namespace          text NOT NULL,
+		run_id             text NOT NULL,
+		workflow_id        text NOT NULL,
+		workflow_type      text NOT NULL,
+		task_queue         text NOT NULL,
+		build_id           text NOT NULL,
+		status             text NOT NULL,
+		fingerprint        text NOT NULL,
+		parent_workflow_id text NOT NULL,
+		parent_run_id      text NOT NULL,
+		parent_step        bigint NOT NULL,
+		next_run_id        text NOT NULL,
+		history_length     bigint NOT NULL,
+		started_at         bigint NOT NULL,
+		closed_at          bigint NOT NULL,
+		owner              bigint NOT NULL DEFAULT 0,
+		task_failure       text NOT NULL,
+		failure            jsonb,
+		result             bytea,
+		input              bytea,
+		UNIQUE (namespace, run_id)
+	);
+	CREATE UNIQUE INDEX runs_open_workflow ON runs (namespace, workflow_id) WHERE status = 'running';
+	CREATE INDEX runs_open ON runs (seq) WHERE status = 'running';
+	CREATE INDEX runs_by_workflow ON runs (namespace, workflow_id, seq);
+	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
+	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
+	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq);
+	CREATE TABLE events (
+		namespace text NOT NULL,
+		run_id    text NOT NULL,
+		seq       bigint NOT NULL,
+		data      bytea NOT NULL,
+		PRIMARY KEY (namespace, run_id, seq)
+	)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -15,11 +15,12 @@ import (
 // transaction, so a batch of thousands of writes parses no SQL.
 type writeStmts struct {
 	insert, attempt, endActivity, bump *sql.Stmt
+	insertRun, insertEvent, appendRun  *sql.Stmt
 }
 
 func (w *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity, w.bump} {
+	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity, w.bump, w.insertRun, w.insertEvent, w.appendRun} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -52,6 +53,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?
 		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
 	s.stmts.bump = prep(bumpSQL)
+	s.stmts.insertRun = prep(insertRunSQL)
+	s.stmts.insertEvent = prep(insertEventSQL)
+	s.stmts.appendRun = prep(appendRunSQL)
 	if err != nil {
 		return fmt.Errorf("prepare statements: %w", err)
 	}
@@ -60,6 +64,11 @@ func (s *Store) prepare(ctx context.Context) error {
 
 // Apply implements store.ActivityStore.
 func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
+	for i, w := range writes {
+		if err := store.ValidateWrite(w); err != nil {
+			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+		}
+	}
 	changed := make([]bool, len(writes))
 	var nChanged, nInserted int
 	tx, err := s.writer.BeginTx(ctx, nil)
@@ -70,6 +79,11 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	insert := tx.StmtContext(ctx, s.stmts.insert)
 	attempt := tx.StmtContext(ctx, s.stmts.attempt)
 	endActivity := tx.StmtContext(ctx, s.stmts.endActivity)
+	runs := runStmts{
+		insert: tx.StmtContext(ctx, s.stmts.insertRun),
+		event:  tx.StmtContext(ctx, s.stmts.insertEvent),
+		append: tx.StmtContext(ctx, s.stmts.appendRun),
+	}
 	for i, w := range writes {
 		var res sql.Result
 		switch w := w.(type) {
@@ -95,6 +109,10 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 						store.UnixNanos(at.StartedAt), store.UnixNanos(at.EndedAt), string(at.Outcome), failureJSON(at.Failure))
 				}
 			}
+		case store.InsertRun:
+			res, err = runs.insertRun(ctx, w)
+		case store.AppendEvents:
+			res, err = runs.appendEvents(ctx, w)
 		default:
 			err = fmt.Errorf("unknown write %T", w)
 		}

@@ -7,3 +7,7 @@ var SchemaBeforeMark = migrations[:2]
 // SchemaBeforeBulkyLast is the schema as it was while the activities table
 // kept its payload in the middle of each row, for tests of the upgrade.
 var SchemaBeforeBulkyLast = migrations[:3]
+
+// SchemaBeforeWorkflows is the schema as it was before runs and histories,
+// for tests of the upgrade.
+var SchemaBeforeWorkflows = migrations[:5]

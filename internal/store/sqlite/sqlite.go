@@ -259,6 +259,48 @@ var migrations = []string{
 	ALTER TABLE activities_next RENAME TO activities;
 	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
 	CREATE INDEX activities_by_state ON activities (namespace, state, seq)`,
+	// Workflow runs and their histories. At most one run of a workflow id
+	// is open (runs_open_workflow); the bulky columns come last, as in
+	// activities. seq never reuses a number, so a listing's Before stays
+	// valid whatever is deleted. Events keep a rowid table: they carry step
+	// inputs and outputs of kilobytes, which a WITHOUT ROWID b-tree would
+	// push into overflow pages from about 1 KiB, wasting most of each.
+	`CREATE TABLE runs (
+		seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+		namespace          TEXT NOT NULL,
+		run_id             TEXT NOT NULL,
+		workflow_id        TEXT NOT NULL,
+		workflow_type      TEXT NOT NULL,
+		task_queue         TEXT NOT NULL,
+		build_id           TEXT NOT NULL,
+		status             TEXT NOT NULL,
+		fingerprint        TEXT NOT NULL,
+		parent_workflow_id TEXT NOT NULL,
+		parent_run_id      TEXT NOT NULL,
+		parent_step        INTEGER NOT NULL,
+		next_run_id        TEXT NOT NULL,
+		history_length     INTEGER NOT NULL,
+		started_at         INTEGER NOT NULL,
+		closed_at          INTEGER NOT NULL,
+		task_failure       TEXT NOT NULL,
+		failure            TEXT,
+		result             BLOB,
+		input              BLOB,
+		UNIQUE (namespace, run_id)
+	) STRICT;
+	CREATE UNIQUE INDEX runs_open_workflow ON runs (namespace, workflow_id) WHERE status = 'running';
+	CREATE INDEX runs_open ON runs (seq) WHERE status = 'running';
+	CREATE INDEX runs_by_workflow ON runs (namespace, workflow_id, seq);
+	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
+	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
+	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq);
+	CREATE TABLE events (
+		namespace TEXT NOT NULL,
+		run_id    TEXT NOT NULL,
+		seq       INTEGER NOT NULL,
+		data      BLOB NOT NULL,
+		PRIMARY KEY (namespace, run_id, seq)
+	) STRICT`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

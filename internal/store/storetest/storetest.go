@@ -28,6 +28,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runActivity(t, open)
 	})
+	t.Run("Workflow", func(t *testing.T) {
+		t.Parallel()
+		runWorkflow(t, open)
+	})
 }
 
 func runNamespace(t *testing.T, open Opener) {
