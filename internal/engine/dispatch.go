@@ -32,6 +32,9 @@ type activity struct {
 	// store, so its worker does not know of it yet.
 	unsent  bool
 	waiters []chan struct{}
+	// step names the workflow step the activity runs, nil for an activity
+	// scheduled on its own.
+	step *stepRef
 }
 
 func (a *activity) key() key { return key{a.rec.Namespace, a.rec.ID} }
@@ -260,6 +263,9 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 		Heartbeat:        t.Heartbeat,
 		Deadline:         e.attemptDeadline(a, now),
 		HeartbeatDetails: a.rec.HeartbeatDetails,
+	}
+	if s := a.step; s != nil {
+		task.WorkflowID, task.RunID, task.Step = s.workflowID, s.run.id, s.n
 	}
 	a.unsent = a.rec.Payload == nil && a.size > 0
 	if a.unsent {

@@ -34,6 +34,7 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrResourceExhausted  = errors.New("resource exhausted")
 	ErrClosed             = errors.New("engine closed")
+	ErrUnavailable        = errors.New("unavailable")
 )
 
 // Failure types the engine itself assigns.
@@ -86,6 +87,8 @@ type Config struct {
 	CommitterOptions store.CommitterOptions
 	// Observer is told about lifecycle steps, for metrics; nil for none.
 	Observer Observer
+	// WorkflowObserver is told about workflow steps, for metrics; nil for none.
+	WorkflowObserver WorkflowObserver
 	// MaxPendingPerNamespace caps the activities of one namespace that are
 	// not closed yet; Schedule past it fails with ErrResourceExhausted. 0
 	// means no cap.
@@ -147,6 +150,10 @@ type Task struct {
 	Heartbeat        time.Duration
 	Deadline         time.Time
 	HeartbeatDetails []byte
+	// WorkflowID, RunID and Step name the workflow step the attempt runs;
+	// empty for an activity scheduled on its own.
+	WorkflowID, RunID string
+	Step              int64
 }
 
 // Conn is how the engine reaches a worker; a worker's registry Delivery must
@@ -198,6 +205,15 @@ type Engine struct {
 	heldPayload int
 	heldBudget  int
 	timers      timerHeap
+
+	// Workflows: open runs by run and by workflow id, runs waiting for a
+	// workflow task per workflow triple, and tasks in flight per worker.
+	runs       map[runKey]*wfRun
+	openWF     map[wfKey]*wfRun
+	wfQueues   map[registry.Triple]*wfQueue
+	wfInflight map[registry.WorkerID]map[runKey]*wfRun
+	obsWF      WorkflowObserver
+	queryN     uint64
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
 	closed    bool
@@ -240,6 +256,9 @@ func New(cfg Config) *Engine {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
+	if cfg.WorkflowObserver == nil {
+		cfg.WorkflowObserver = noWorkflowObserver{}
+	}
 	var cl *ClusterConfig
 	if cfg.Cluster != nil {
 		c := *cfg.Cluster
@@ -280,6 +299,11 @@ func New(cfg Config) *Engine {
 		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
 		placements:      make(map[string]store.Placement),
 		heldBudget:      heldPayloadBudget,
+		runs:            make(map[runKey]*wfRun),
+		openWF:          make(map[wfKey]*wfRun),
+		wfQueues:        make(map[registry.Triple]*wfQueue),
+		wfInflight:      make(map[registry.WorkerID]map[runKey]*wfRun),
+		obsWF:           cfg.WorkflowObserver,
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}
@@ -296,6 +320,12 @@ func (e *Engine) Stop(context.Context) error {
 		return nil
 	}
 	e.closed = true
+	for _, r := range e.runs {
+		for _, ch := range r.waiters {
+			close(ch)
+		}
+		r.waiters = nil
+	}
 	for _, a := range e.open {
 		a.wakeWaiters()
 	}

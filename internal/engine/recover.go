@@ -71,6 +71,13 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 	}
 	n := len(e.open)
 	e.mu.Unlock()
+	runs, err := e.recoverRuns(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if runs > 0 {
+		e.log.Info("open workflow runs recovered", "open_runs", runs)
+	}
 
 	e.done.Add(1)
 	go e.runTimers()

@@ -29,6 +29,7 @@ func (e *Engine) WorkerJoined(w *registry.Worker) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dispatchWorkerLocked(w)
+	e.dispatchWorkflowWorkerLocked(w)
 }
 
 // WorkerLeft fails every attempt in flight on a departed worker as retryable
@@ -46,6 +47,7 @@ func (e *Engine) WorkerLeft(w *registry.Worker) {
 	}
 	delete(e.inflight, w.ID())
 	delete(e.zombies, w.ID())
+	e.workflowWorkerLeftLocked(w)
 }
 
 // Complete takes a worker's result for one attempt. The ack is sent only
@@ -295,6 +297,9 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 	}
 	if terminal {
 		e.obs.Closed(ns, end.State)
+		if a.step != nil {
+			e.stepActivityClosedLocked(a, end)
+		}
 	}
 	e.commit.Submit(end, func(changed bool, err error) {
 		if err == nil && !changed && e.cl != nil {

@@ -19,6 +19,9 @@ const (
 	timerScheduleToClose                  // the activity ran out of time
 	timerAnnounce                         // a retry waiting in the store becomes ready (cluster mode)
 	timerClaim                            // claim for a triple again (cluster mode)
+	timerWorkflowStep                     // a workflow's timer step fires
+	timerWorkflowTask                     // a workflow task was not answered in time
+	timerWorkflowRetry                    // a failed workflow task may be tried again
 )
 
 // timer is one deadline. Timers are never removed early: when one fires, it
@@ -31,6 +34,9 @@ type timer struct {
 	kind    timerKind
 	// triple is the work a timerAnnounce announces.
 	triple registry.Triple
+	// step is the timer step of a timerWorkflowStep; for the workflow kinds
+	// k names the run and attempt holds the task token.
+	step int64
 }
 
 type timerHeap []timer
@@ -90,6 +96,8 @@ func (e *Engine) timerLiveLocked(tm timer) bool {
 	switch tm.kind {
 	case timerAnnounce, timerClaim:
 		return true
+	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
+		return e.runTimerLiveLocked(tm)
 	}
 	a := e.open[tm.k]
 	switch {
@@ -172,6 +180,9 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 		if tm.kind == timerAnnounce {
 			e.announce(tm.triple)
 		}
+		return
+	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
+		e.fireRunLocked(tm, now)
 		return
 	}
 	a := e.open[tm.k]

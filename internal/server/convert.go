@@ -221,5 +221,8 @@ func taskToProto(t engine.Task) *aionv1.ServerMessage {
 		HeartbeatTimeout:     dur(t.Heartbeat),
 		Deadline:             ts(t.Deadline),
 		LastHeartbeatDetails: t.HeartbeatDetails,
+		WorkflowId:           t.WorkflowID,
+		RunId:                t.RunID,
+		Step:                 t.Step,
 	}}}
 }

@@ -295,6 +295,7 @@ func (s *Server) grpcServer() *grpc.Server {
 	s.grpc = grpc.NewServer(opts...)
 	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})
 	s.register(&aionv1.ActivityService_ServiceDesc, &activityService{s: s})
+	s.register(&aionv1.WorkflowService_ServiceDesc, &workflowService{s: s})
 	s.register(&aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
 	s.register(&aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
 	s.health = health.NewServer()

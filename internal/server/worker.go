@@ -84,6 +84,11 @@ func (c *conn) RequestDrain() {
 
 func (c *conn) SendTask(t engine.Task) error { return c.push(taskToProto(t)) }
 
+// SendWorkflowTask pushes one workflow task to the worker.
+func (c *conn) SendWorkflowTask(t *aionv1.WorkflowTask) error {
+	return c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_WorkflowTask{WorkflowTask: t}})
+}
+
 func (c *conn) SendCancel(ns, id string, attempt int, reason string) error {
 	return c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_CancelActivity{CancelActivity: &aionv1.CancelActivity{
 		Namespace: ns, ActivityId: id, Attempt: uint32(attempt), Reason: reason,
@@ -370,6 +375,16 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		s.log.Info("intervention acknowledged", "worker", w.ID(), "namespace", ack.GetNamespace(), "activity", ack.GetActivityId(),
 			"attempt", ack.GetAttempt(), "intervention", limit.Clip(ack.GetInterventionId(), limit.CallID), "accepted", ack.GetAccepted(),
 			"message", limit.Clip(ack.GetMessage(), limit.Reason))
+	case *aionv1.WorkerMessage_WorkflowTaskResult:
+		r := f.WorkflowTaskResult
+		if err := checkWorkflowTaskResult(r); err != nil {
+			return err
+		}
+		ns, run, task := r.GetNamespace(), r.GetRunId(), r.GetTask()
+		s.eng.CompleteWorkflowTask(w, r, func(refused string) {
+			c.push(&aionv1.ServerMessage{Message: &aionv1.ServerMessage_WorkflowTaskAck{WorkflowTaskAck: &aionv1.WorkflowTaskAck{
+				Namespace: ns, RunId: run, Task: task, Refused: refused}}})
+		})
 	case *aionv1.WorkerMessage_Register:
 		return status.Error(codes.InvalidArgument, "register: sent twice; a stream registers once, as its first frame")
 	default:
@@ -463,6 +478,8 @@ func frameKind(m *aionv1.WorkerMessage) string {
 		return "drain"
 	case *aionv1.WorkerMessage_InterventionAck:
 		return "intervention_ack"
+	case *aionv1.WorkerMessage_WorkflowTaskResult:
+		return "workflow_task_result"
 	}
 	return "an unknown frame"
 }
@@ -493,12 +510,33 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 	if err := name.CheckOptional("node", r.GetNode(), name.MaxName); err != nil {
 		return registry.Spec{}, err
 	}
-	if n := len(r.GetActivityTypes()); n == 0 || n > limit.WorkerActivityTypes {
-		return registry.Spec{}, fmt.Errorf("activity_types: %d given, want 1 to %d: %w", n, limit.WorkerActivityTypes, errInvalid)
+	nAct, nWF := len(r.GetActivityTypes()), len(r.GetWorkflowTypes())
+	if nAct+nWF == 0 || nAct > limit.WorkerActivityTypes {
+		return registry.Spec{}, fmt.Errorf("activity_types: %d given, want 1 to %d (or 0 with workflow_types): %w", nAct, limit.WorkerActivityTypes, errInvalid)
 	}
 	for i, t := range r.GetActivityTypes() {
 		if err := name.Check(fmt.Sprintf("activity_types[%d]", i), t, name.MaxName); err != nil {
 			return registry.Spec{}, err
+		}
+	}
+	if nWF > limit.WorkerActivityTypes {
+		return registry.Spec{}, fmt.Errorf("workflow_types: %d given, at most %d allowed: %w", nWF, limit.WorkerActivityTypes, errInvalid)
+	}
+	for i, t := range r.GetWorkflowTypes() {
+		if err := name.Check(fmt.Sprintf("workflow_types[%d]", i), t, name.MaxName); err != nil {
+			return registry.Spec{}, err
+		}
+	}
+	wfSlots := int(r.GetWorkflowSlots())
+	if nWF > 0 {
+		if err := name.Check("build_id", r.GetBuildId(), name.MaxName); err != nil {
+			return registry.Spec{}, fmt.Errorf("%w (required with workflow_types)", err)
+		}
+		if wfSlots == 0 {
+			wfSlots = 100
+		}
+		if wfSlots > limit.WorkerSlots {
+			return registry.Spec{}, fmt.Errorf("workflow_slots: %d, at most %d allowed: %w", wfSlots, limit.WorkerSlots, errInvalid)
 		}
 	}
 	slots := int(r.GetSlots())
@@ -525,7 +563,43 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 		Capabilities:  caps,
 		Identity:      limit.Clip(r.GetIdentity(), limit.Identity),
 		SDKVersion:    limit.Clip(r.GetSdkVersion(), limit.SDKVersion),
+		WorkflowTypes: r.GetWorkflowTypes(),
+		BuildID:       r.GetBuildId(),
+		WorkflowSlots: wfSlots,
 	}, nil
+}
+
+// checkWorkflowTaskResult checks the fields that name the task; the
+// commands are the engine's to check, against the run.
+func checkWorkflowTaskResult(r *aionv1.WorkflowTaskResult) error {
+	switch {
+	case r.GetNamespace() == "":
+		return status.Error(codes.InvalidArgument, "workflow_task_result.namespace: must not be empty")
+	case r.GetRunId() == "":
+		return status.Error(codes.InvalidArgument, "workflow_task_result.run_id: must not be empty")
+	case r.GetTask() == 0:
+		return status.Error(codes.InvalidArgument, "workflow_task_result.task: must be at least 1")
+	}
+	if f := r.GetFailure(); f != nil {
+		for _, err := range []error{
+			limit.Check("workflow_task_result.failure.type", f.GetType(), limit.FailureType),
+			limit.Check("workflow_task_result.failure.message", f.GetMessage(), limit.FailureMessage),
+			limit.Bytes("workflow_task_result.failure.details", f.GetDetails(), limit.FailureDetails),
+		} {
+			if err != nil {
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+		}
+	}
+	for i, a := range r.GetQueryAnswers() {
+		if err := limit.Bytes(fmt.Sprintf("workflow_task_result.query_answers[%d].result", i), a.GetResult(), limit.Payload); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := limit.Check(fmt.Sprintf("workflow_task_result.query_answers[%d].error", i), a.GetError(), limit.FailureMessage); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	return nil
 }
 
 // checkedFailure is the failure a worker reported, or, when one of its
