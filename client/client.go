@@ -17,6 +17,7 @@ import (
 type Client struct {
 	conn       *grpc.ClientConn // nil when built with New
 	activities aionv1.ActivityServiceClient
+	workflows  aionv1.WorkflowServiceClient
 	namespaces aionv1.NamespaceServiceClient
 	cluster    aionv1.ClusterServiceClient
 }
@@ -78,6 +79,7 @@ func Dial(ctx context.Context, address string, opts ...Option) (*Client, error) 
 func New(conn grpc.ClientConnInterface) *Client {
 	return &Client{
 		activities: aionv1.NewActivityServiceClient(conn),
+		workflows:  aionv1.NewWorkflowServiceClient(conn),
 		namespaces: aionv1.NewNamespaceServiceClient(conn),
 		cluster:    aionv1.NewClusterServiceClient(conn),
 	}
