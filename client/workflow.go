@@ -121,8 +121,8 @@ func runFromProto(p *aionv1.Run) *Run {
 	}
 	for _, s := range p.GetPendingSteps() {
 		r.PendingSteps = append(r.PendingSteps, PendingStep{Step: s.GetStep(),
-			Kind:     strings.ToLower(strings.TrimPrefix(s.GetKind().String(), "STEP_KIND_")),
-			Name:     s.GetName(), ActivityID: s.GetActivityId(), Attempt: s.GetAttempt(), WorkerID: s.GetWorkerId(),
+			Kind: strings.ToLower(strings.TrimPrefix(s.GetKind().String(), "STEP_KIND_")),
+			Name: s.GetName(), ActivityID: s.GetActivityId(), Attempt: s.GetAttempt(), WorkerID: s.GetWorkerId(),
 			FireTime: timeFromProto(s.GetFireTime()), ChildWorkflowID: s.GetChildWorkflowId()})
 	}
 	return r
