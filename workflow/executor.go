@@ -38,12 +38,12 @@ type ExecutorOptions struct {
 type Executor struct {
 	opts ExecutorOptions
 
-	mu      sync.Mutex
-	types   map[string]workflowFunc
-	cache   map[string]*list.Element // of *cached
-	lru     *list.List               // front: most recently used
-	busy    map[string]bool          // runs a task is running on, out of the cache
-	closed  bool
+	mu     sync.Mutex
+	types  map[string]workflowFunc
+	cache  map[string]*list.Element // of *cached
+	lru    *list.List               // front: most recently used
+	busy   map[string]bool          // runs a task is running on, out of the cache
+	closed bool
 }
 
 type cached struct {
