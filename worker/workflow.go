@@ -87,7 +87,10 @@ func (w *Worker) runWorkflowTasks(q <-chan wfTask) {
 		var res *aionv1.WorkflowTaskResult
 		if t.out.isOpen() {
 			res = w.wf.Run(t.task)
-			if f := res.GetFailure(); f != nil {
+			if f := res.GetFailure(); f.GetType() == "sticky_cache_miss" {
+				w.log.Debug("aion worker: workflow run not kept; the server will send its whole history",
+					"namespace", t.task.GetNamespace(), "run_id", t.task.GetRunId())
+			} else if f != nil {
 				w.log.Warn("aion worker: workflow task failed", "namespace", t.task.GetNamespace(), "workflow_id", t.task.GetWorkflowId(),
 					"run_id", t.task.GetRunId(), "task", t.task.GetTask(), "type", f.GetType(), "message", f.GetMessage())
 			}

@@ -142,9 +142,16 @@ func (r *run) compact() {
 	r.coros = live
 }
 
-// killAll ends every coroutine, so that no goroutine outlives the run.
-func (r *run) killAll() {
+// drop ends the run for good: its coroutines are killed, so that no
+// goroutine outlives it, and its code can take no step any more.
+func (r *run) drop() {
 	r.dead = true
+	r.killCoroutines()
+}
+
+// killCoroutines ends every coroutine. A run whose workflow function
+// returned keeps its state for queries, without goroutines.
+func (r *run) killCoroutines() {
 	for _, c := range r.coros {
 		r.current = c
 		c.kill()

@@ -160,22 +160,21 @@ func (e *Executor) Run(task *aionv1.WorkflowTask) *aionv1.WorkflowTaskResult {
 
 	if fn == nil {
 		if prev != nil {
-			prev.killAll()
+			prev.drop()
 		}
-		res.Failure = &aionv1.Failure{Type: "workflow_type_not_registered", Retryable: true,
-			Message: fmt.Sprintf("workflow type %q is not registered on this worker", task.GetWorkflowType())}
+		res.Failure = &aionv1.Failure{Type: "workflow_type_not_registered", Retryable: true, Message: notRegistered(task.GetWorkflowType())}
 		return res
 	}
 	r := prev
 	switch {
 	case task.GetFirstSeq() <= 1:
 		if prev != nil {
-			prev.killAll()
+			prev.drop()
 		}
 		r = newRun(task, fn, e.opts.BuildID)
 	case prev == nil || prev.nextSeq != task.GetFirstSeq() || prev.info.WorkflowType != task.GetWorkflowType():
 		if prev != nil {
-			prev.killAll()
+			prev.drop()
 		}
 		res.Failure = stickyMiss(task)
 		return res
@@ -183,7 +182,7 @@ func (e *Executor) Run(task *aionv1.WorkflowTask) *aionv1.WorkflowTaskResult {
 
 	cmds, err := r.runTask(task)
 	if err != nil {
-		r.killAll()
+		r.drop()
 		if errors.Is(err, errStickyMiss) {
 			res.Failure = stickyMiss(task)
 		} else {
@@ -197,6 +196,31 @@ func (e *Executor) Run(task *aionv1.WorkflowTask) *aionv1.WorkflowTaskResult {
 	}
 	res.Sticky = e.keep(key, r)
 	return res
+}
+
+func notRegistered(workflowType string) string {
+	return fmt.Sprintf("workflow type %q is not registered on this worker", workflowType)
+}
+
+// ReplayHistory replays a run's recorded history (its events from seq 1, as
+// WorkflowService.History returns them) through the code registered for
+// workflowType, and reports whether the code still takes the recorded
+// steps: nil, a *NonDeterministicError naming the first step that differs,
+// or a *PanicError. It runs the code no further than history records,
+// issues nothing and keeps nothing: the check to run in a test before
+// deploying changed workflow code under the same build id.
+func (e *Executor) ReplayHistory(workflowType string, events []*aionv1.HistoryEvent) error {
+	e.mu.Lock()
+	fn := e.types[workflowType]
+	e.mu.Unlock()
+	if fn == nil {
+		return errors.New("workflow: " + notRegistered(workflowType))
+	}
+	task := &aionv1.WorkflowTask{RunId: "replay", WorkflowType: workflowType, FirstSeq: 1, Events: events, QueryOnly: true}
+	r := newRun(task, fn, e.opts.BuildID)
+	defer r.drop()
+	_, err := r.runTask(task)
+	return err
 }
 
 func stickyMiss(task *aionv1.WorkflowTask) *aionv1.Failure {
@@ -242,12 +266,12 @@ func (e *Executor) keep(key string, r *run) bool {
 	e.mu.Lock()
 	if e.closed || e.opts.CacheSize < 0 {
 		e.mu.Unlock()
-		r.killAll()
+		r.drop()
 		return false
 	}
 	if old := e.takeLocked(key); old != nil {
 		// A task of the same run finished meanwhile; this one is newer.
-		defer old.killAll()
+		defer old.drop()
 	}
 	e.cache[key] = e.lru.PushFront(&cached{key: key, r: r})
 	var evict []*run
@@ -260,7 +284,7 @@ func (e *Executor) keep(key string, r *run) bool {
 	}
 	e.mu.Unlock()
 	for _, old := range evict {
-		old.killAll()
+		old.drop()
 	}
 	return true
 }
@@ -280,7 +304,7 @@ func (e *Executor) Forget(namespace, runID string) {
 	r := e.takeLocked(runKey(namespace, runID))
 	e.mu.Unlock()
 	if r != nil {
-		r.killAll()
+		r.drop()
 	}
 }
 
@@ -297,6 +321,6 @@ func (e *Executor) Close() {
 	e.lru.Init()
 	e.mu.Unlock()
 	for _, r := range all {
-		r.killAll()
+		r.drop()
 	}
 }

@@ -135,3 +135,35 @@ func checkRun(r *run, futures []Awaitable) {
 		}
 	}
 }
+
+// Await blocks until cond returns true. cond is called whenever the run's
+// state may have changed (after other coroutines ran, or events arrived):
+// it must only read workflow state, the variables the code changes, and
+// never block or take steps. It returns ErrCanceled if ctx is canceled
+// first. Use it, for example, to wait for coroutines started with Go to
+// finish their work.
+func Await(ctx Context, cond func() bool) error {
+	c := ctxOf(ctx)
+	// The scheduler calls cond between coroutines; a panic in it is
+	// raised again in the coroutine, where it fails the task as any panic.
+	var (
+		panicked bool
+		value    any
+	)
+	check := func() (ok bool) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicked, value, ok = true, p, true
+			}
+		}()
+		return cond()
+	}
+	c.r.await(func() bool { return check() || c.sc.canceled })
+	if panicked {
+		panic(value)
+	}
+	if cond() {
+		return nil
+	}
+	return ErrCanceled
+}

@@ -248,3 +248,42 @@ func TestRegisterRefusesProgrammingErrors(t *testing.T) {
 		t.Fatalf("Types() = %q, want only wf", got)
 	}
 }
+
+func TestReplayHistoryChecksChangedCodeAgainstARecordedRun(t *testing.T) {
+	t.Parallel()
+	recorded := newExecutor(t, workflow.ExecutorOptions{}, func(e *workflow.Executor) {
+		must(t, workflow.Register(e, "wf", steps("reserve", "charge", "notify")))
+	})
+	s := newSim(t, recorded, "wf", nil)
+	for i := int64(1); i <= 3; i++ {
+		s.step()
+		s.completeActivity(i, 1)
+	}
+	s.step()
+	var calls int
+	e := newExecutor(t, workflow.ExecutorOptions{}, func(e *workflow.Executor) {
+		must(t, workflow.Register(e, "same", steps("reserve", "charge", "notify")))
+		must(t, workflow.Register(e, "renamed", steps("reserve", "charge-card", "notify")))
+		must(t, workflow.Register(e, "panics", func(ctx workflow.Context, _ struct{}) (int, error) {
+			calls++
+			panic("boom")
+		}))
+	})
+	if err := e.ReplayHistory("same", s.events); err != nil {
+		t.Fatalf("the same code: %v", err)
+	}
+	var nd *workflow.NonDeterministicError
+	if err := e.ReplayHistory("renamed", s.events); !errors.As(err, &nd) || nd.Step != 2 || nd.Name != "charge-card" || nd.RecordedName != "charge" {
+		t.Fatalf("renamed step: %v, want a NonDeterministicError at step 2", err)
+	}
+	var pe *workflow.PanicError
+	if err := e.ReplayHistory("panics", s.events); !errors.As(err, &pe) || pe.Value != "boom" || calls != 1 {
+		t.Fatalf("panicking code: %v", err)
+	}
+	if err := e.ReplayHistory("unknown", s.events); err == nil || !strings.Contains(err.Error(), `workflow type "unknown" is not registered`) {
+		t.Fatalf("unknown type: %v", err)
+	}
+	if e.CachedRuns() != 0 {
+		t.Fatalf("ReplayHistory kept %d runs", e.CachedRuns())
+	}
+}

@@ -27,6 +27,11 @@ func statusFlow(ctx workflow.Context, _ struct{}) (string, error) {
 	}); err != nil {
 		return "", err
 	}
+	if err := workflow.SetQueryHandler(ctx, "info", func(struct{}) (string, error) {
+		return workflow.GetInfo(ctx).WorkflowType + " at " + workflow.Now(ctx).Format(time.TimeOnly), nil
+	}); err != nil {
+		return "", err
+	}
 	if err := workflow.SetQueryHandler(ctx, "waits", func(struct{}) (int, error) {
 		return workflow.ReceiveSignal[int](ctx, "never")
 	}); err != nil {
@@ -97,7 +102,7 @@ func TestQueriesAnswerFromTheRecordedStateOnly(t *testing.T) {
 	wantCmds(t, "query-only", res)
 	wantAnswers(t, "query-only", res,
 		`q1 "now: charging"`,
-		`q2 error unknown query "nope": the run's code registered ["blocks" "fails" "status" "waits"]`,
+		`q2 error unknown query "nope": the run's code registered ["blocks" "fails" "info" "status" "waits"]`,
 		`q3 error query "fails": not today`,
 		`q4 error query "blocks" panicked: workflow: a query handler must not start a timer`,
 		`q5 error query "status": input: decode "not json" into string: invalid character 'o' in literal null (expecting 'u')`,
@@ -118,10 +123,14 @@ func TestQueriesAnswerFromTheRecordedStateOnly(t *testing.T) {
 	wantCmds(t, "task 3", res, `close completed "done"`)
 	wantAnswers(t, "task 3", res, `q8 "done"`)
 
-	// A closed run still answers.
-	res = s.queryOnly(true, query("q9", "status", ""))
+	// A closed run still answers, on this worker (which ended the run's
+	// goroutines) as on one that replays it.
+	res = s.queryOnly(false, query("q9", "status", ""), query("q10", "info", ""))
+	wantCmds(t, "query on the kept closed run", res)
+	wantAnswers(t, "query on the kept closed run", res, `q9 "done"`, `q10 "wf at 00:00:06"`)
+	res = s.queryOnly(true, query("q9", "status", ""), query("q10", "info", ""))
 	wantCmds(t, "query on the closed run", res)
-	wantAnswers(t, "query on the closed run", res, `q9 "done"`)
+	wantAnswers(t, "query on the closed run", res, `q9 "done"`, `q10 "wf at 00:00:06"`)
 }
 
 func TestAQueryBeforeTheCodeRanIsUnknown(t *testing.T) {

@@ -215,7 +215,7 @@ func (r *run) replayRound(seen int64, recorded []*aionv1.HistoryEvent) error {
 // afterRound ends the goroutines of a run whose workflow function returned.
 func (r *run) afterRound() {
 	if r.finished && len(r.coros) > 0 {
-		r.killAll()
+		r.killCoroutines()
 	}
 }
 

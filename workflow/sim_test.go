@@ -31,8 +31,16 @@ func newExecutor(t testing.TB, opts workflow.ExecutorOptions, register func(e *w
 	return e
 }
 
+// tb is what the helpers need of a test: a *testing.T, *testing.B or
+// *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // must registers a workflow or fails the test.
-func must(t testing.TB, err error) {
+func must(t tb, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +57,7 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // marker followed by one event per command. Events the test adds between
 // deliver and accept arrived while the task ran.
 type sim struct {
-	t      testing.TB
+	t      tb
 	e      *workflow.Executor
 	wfType string
 	runID  string
@@ -66,7 +74,7 @@ type delivered struct {
 	result *aionv1.WorkflowTaskResult
 }
 
-func newSim(t testing.TB, e *workflow.Executor, wfType string, input any) *sim {
+func newSim(t tb, e *workflow.Executor, wfType string, input any) *sim {
 	s := &sim{t: t, e: e, wfType: wfType, runID: "run-" + wfType}
 	s.add(&aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_WorkflowStarted{WorkflowStarted: &aionv1.WorkflowStarted{
 		WorkflowType: wfType, TaskQueue: "default", Input: jsonOf(t, input),
@@ -74,7 +82,7 @@ func newSim(t testing.TB, e *workflow.Executor, wfType string, input any) *sim {
 	return s
 }
 
-func jsonOf(t testing.TB, v any) []byte {
+func jsonOf(t tb, v any) []byte {
 	t.Helper()
 	if v == nil {
 		return nil
@@ -291,7 +299,7 @@ func cmdString(c *aionv1.WorkflowCommand) string {
 }
 
 // wantCmds fails the test unless the result succeeded with exactly want.
-func wantCmds(t testing.TB, what string, res *aionv1.WorkflowTaskResult, want ...string) {
+func wantCmds(t tb, what string, res *aionv1.WorkflowTaskResult, want ...string) {
 	t.Helper()
 	if res.GetFailure() != nil {
 		t.Fatalf("%s: task failed: %v", what, res.GetFailure())
@@ -303,7 +311,7 @@ func wantCmds(t testing.TB, what string, res *aionv1.WorkflowTaskResult, want ..
 
 // wantFailure fails the test unless the result failed with typ and a
 // message containing each of parts.
-func wantFailure(t testing.TB, what string, res *aionv1.WorkflowTaskResult, typ string, parts ...string) {
+func wantFailure(t tb, what string, res *aionv1.WorkflowTaskResult, typ string, parts ...string) {
 	t.Helper()
 	f := res.GetFailure()
 	if f == nil {
