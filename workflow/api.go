@@ -208,6 +208,7 @@ func Sleep(ctx Context, d time.Duration) error {
 func ReceiveSignal[T any](ctx Context, name string) (T, error) {
 	c := ctxOf(ctx)
 	r := c.r
+	r.mayCommand("receive a signal")
 	r.await(func() bool { return len(r.signals[name]) > 0 || c.sc.canceled })
 	if len(r.signals[name]) == 0 {
 		var zero T
@@ -224,6 +225,7 @@ func ReceiveSignal[T any](ctx Context, name string) (T, error) {
 func ReceiveSignalWithTimeout[T any](ctx Context, name string, d time.Duration) (T, bool, error) {
 	c := ctxOf(ctx)
 	r := c.r
+	r.mayCommand("receive a signal")
 	var zero T
 	if len(r.signals[name]) > 0 {
 		v, err := takeSignal[T](r, name)

@@ -198,3 +198,51 @@ func TestContinueAsNewCarriesTheNextInput(t *testing.T) {
 		t.Fatalf("NewContinueAsNewError(func) = %v, want an encoding error", bad)
 	}
 }
+
+func TestAwaitWaitsForAConditionOnTheRunsState(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		cond   func(got []string) bool
+		events func(s *sim)
+		want   []string
+		fails  string
+	}{
+		{"until the coroutines are done", func(got []string) bool { return len(got) == 2 },
+			func(s *sim) { s.signal("a", "1"); s.signal("b", "2") }, []string{`close completed ["1","2"]`}, ""},
+		{"until canceled", func([]string) bool { return false },
+			func(s *sim) { s.cancel("stop") }, []string{"close canceled canceled: workflow canceled"}, ""},
+		{"a condition that panics fails the task", func(got []string) bool {
+			if len(got) > 0 {
+				panic("bad condition")
+			}
+			return false
+		}, func(s *sim) { s.signal("a", "1") }, nil, "workflow panicked: bad condition"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newExecutor(t, workflow.ExecutorOptions{}, func(e *workflow.Executor) {
+				must(t, workflow.Register(e, "wf", func(ctx workflow.Context, _ struct{}) ([]string, error) {
+					var got []string
+					for _, name := range []string{"a", "b"} {
+						workflow.Go(ctx, func(ctx workflow.Context) {
+							v, err := workflow.ReceiveSignal[string](ctx, name)
+							if err == nil {
+								got = append(got, v)
+							}
+						})
+					}
+					return got, workflow.Await(ctx, func() bool { return tc.cond(got) })
+				}))
+			})
+			s := newSim(t, e, "wf", nil)
+			wantCmds(t, "first task", s.step())
+			tc.events(s)
+			if tc.fails != "" {
+				wantFailure(t, "second task", s.deliver(false), "panic", tc.fails)
+				return
+			}
+			wantCmds(t, "second task", s.step(), tc.want...)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -180,7 +181,7 @@ func (e *Executor) Run(task *aionv1.WorkflowTask) *aionv1.WorkflowTaskResult {
 		return res
 	}
 
-	cmds, err := r.runTask(task)
+	cmds, err := r.runGuarded(task)
 	if err != nil {
 		r.drop()
 		if errors.Is(err, errStickyMiss) {
@@ -196,6 +197,18 @@ func (e *Executor) Run(task *aionv1.WorkflowTask) *aionv1.WorkflowTaskResult {
 	}
 	res.Sticky = e.keep(key, r)
 	return res
+}
+
+// runGuarded is runTask with a last line of defence: a panic outside the
+// workflow's coroutines (in this package, or in a callback it runs on the
+// caller's goroutine) fails the task instead of the worker process.
+func (r *run) runGuarded(task *aionv1.WorkflowTask) (cmds []*aionv1.WorkflowCommand, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cmds, err = nil, &PanicError{Value: p, Stack: string(debug.Stack())}
+		}
+	}()
+	return r.runTask(task)
 }
 
 func notRegistered(workflowType string) string {
@@ -219,7 +232,7 @@ func (e *Executor) ReplayHistory(workflowType string, events []*aionv1.HistoryEv
 	task := &aionv1.WorkflowTask{RunId: "replay", WorkflowType: workflowType, FirstSeq: 1, Events: events, QueryOnly: true}
 	r := newRun(task, fn, e.opts.BuildID)
 	defer r.drop()
-	_, err := r.runTask(task)
+	_, err := r.runGuarded(task)
 	return err
 }
 

@@ -33,7 +33,12 @@ func statusFlow(ctx workflow.Context, _ struct{}) (string, error) {
 		return "", err
 	}
 	if err := workflow.SetQueryHandler(ctx, "waits", func(struct{}) (int, error) {
-		return workflow.ReceiveSignal[int](ctx, "never")
+		return 0, workflow.Await(ctx, func() bool { return false })
+	}); err != nil {
+		return "", err
+	}
+	if err := workflow.SetQueryHandler(ctx, "receives", func(struct{}) (int, error) {
+		return workflow.ReceiveSignal[int](ctx, "any")
 	}); err != nil {
 		return "", err
 	}
@@ -95,18 +100,19 @@ func TestQueriesAnswerFromTheRecordedStateOnly(t *testing.T) {
 	// seen the second activity's completion, and takes no step.
 	fresh := newExecutor(t, workflow.ExecutorOptions{}, register)
 	qs := []*aionv1.WorkflowQuery{query("q1", "status", `"now: "`), query("q2", "nope", ""), query("q3", "fails", ""),
-		query("q4", "blocks", ""), query("q5", "status", "not json"), query("q6", "waits", "")}
+		query("q4", "blocks", ""), query("q5", "status", "not json"), query("q6", "waits", ""), query("q6b", "receives", "")}
 	task := &aionv1.WorkflowTask{Namespace: "ns", RunId: s.runID, WorkflowType: "wf", Task: 99, FirstSeq: 1,
 		Events: cloneEvents(s.events), Queries: qs, QueryOnly: true}
 	res := fresh.Run(task)
 	wantCmds(t, "query-only", res)
 	wantAnswers(t, "query-only", res,
 		`q1 "now: charging"`,
-		`q2 error unknown query "nope": the run's code registered ["blocks" "fails" "info" "status" "waits"]`,
+		`q2 error unknown query "nope": the run's code registered ["blocks" "fails" "info" "receives" "status" "waits"]`,
 		`q3 error query "fails": not today`,
 		`q4 error query "blocks" panicked: workflow: a query handler must not start a timer`,
 		`q5 error query "status": input: decode "not json" into string: invalid character 'o' in literal null (expecting 'u')`,
-		`q6 error query "waits" panicked: workflow: a query handler must not block`)
+		`q6 error query "waits" panicked: workflow: a query handler must not block`,
+		`q6b error query "receives" panicked: workflow: a query handler must not receive a signal`)
 	if !res.GetSticky() || fresh.CachedRuns() != 1 {
 		t.Fatalf("sticky %v, %d runs kept, want the replayed run kept", res.GetSticky(), fresh.CachedRuns())
 	}
