@@ -234,7 +234,7 @@ func ReceiveSignalWithTimeout[T any](ctx Context, name string, d time.Duration) 
 	if c.sc.canceled {
 		return zero, false, ErrCanceled
 	}
-	timer, timerStep := r.newTimer(c, d, "signal:"+name)
+	timer, timerStep := r.newTimer(c, d, timerName("signal:"+name))
 	r.await(func() bool { return len(r.signals[name]) > 0 || timer.ready || c.sc.canceled })
 	q := r.signals[name]
 	if timer.ready && timer.err == nil && (len(q) == 0 || timer.order < q[0].order) {
@@ -248,6 +248,17 @@ func ReceiveSignalWithTimeout[T any](ctx Context, name string, d time.Duration) 
 	}
 	v, err := takeSignal[T](r, name)
 	return v, true, err
+}
+
+// maxName is the server's limit on names, timer names included.
+const maxName = 128
+
+// timerName clips a timer's name to the server's limit.
+func timerName(s string) string {
+	if len(s) > maxName {
+		return s[:maxName]
+	}
+	return s
 }
 
 func takeSignal[T any](r *run, name string) (T, error) {
@@ -419,7 +430,12 @@ func ExecuteChild[T any](ctx Context, workflowType string, input any, opts Child
 // Go starts fn as a new coroutine of the run. Coroutines run one at a time,
 // in the order they were created, each until it blocks in a call of this
 // package, so they never race and replay runs them the same way. Never use
-// the go statement in workflow code.
+// the go statement in workflow code. Coroutines still blocked when the
+// workflow function returns are ended: their deferred calls run, but can
+// take no step.
+//
+// A panic in fn fails the workflow task, as one in the workflow function
+// does.
 func Go(ctx Context, fn func(ctx Context)) {
 	c := ctxOf(ctx)
 	c.r.mayCommand("start a coroutine")

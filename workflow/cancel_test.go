@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,4 +246,40 @@ func TestAwaitWaitsForAConditionOnTheRunsState(t *testing.T) {
 			wantCmds(t, "second task", s.step(), tc.want...)
 		})
 	}
+}
+
+func TestTheRunsCancellationReachesChildScopesWithoutCommands(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, workflow.ExecutorOptions{}, func(e *workflow.Executor) {
+		must(t, workflow.Register(e, "wf", func(ctx workflow.Context, _ struct{}) (string, error) {
+			cctx, cancel := workflow.WithCancel(ctx)
+			defer cancel()
+			err := workflow.Sleep(cctx, time.Hour)
+			return "", fmt.Errorf("sleep: %w (child canceled: %v)", err, cctx.Err() == workflow.ErrCanceled)
+		}))
+	})
+	s := newSim(t, e, "wf", nil)
+	wantCmds(t, "first task", s.step(), "timer 1 1h0m0s")
+	s.cancel("operator")
+	// The server stops the run's timers and activities itself: the code
+	// issues no cancel for them.
+	wantCmds(t, "cancel", s.step(), "close canceled canceled: sleep: workflow canceled (child canceled: true)")
+}
+
+func TestASignalWaitsTimerNameIsClippedToTheNameLimit(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("n", 128)
+	register := func(e *workflow.Executor) {
+		must(t, workflow.Register(e, "wf", func(ctx workflow.Context, _ struct{}) (bool, error) {
+			_, ok, err := workflow.ReceiveSignalWithTimeout[string](ctx, long, time.Minute)
+			return ok, err
+		}))
+	}
+	s := newSim(t, newExecutor(t, workflow.ExecutorOptions{}, register), "wf", nil)
+	res := s.step()
+	wantCmds(t, "first task", res, "timer 1 1m0s "+("signal:" + long)[:128])
+	s.fireTimer(1)
+	wantCmds(t, "timeout", s.step(), "close completed false")
+	fresh := newExecutor(t, workflow.ExecutorOptions{}, register)
+	wantCmds(t, "full replay", s.replay(fresh, s.lastSeq()))
 }

@@ -163,11 +163,14 @@ func WithActivityOptions(parent Context, opts ActivityOptions) Context {
 
 // Info describes the run the code is running in.
 type Info struct {
-	Namespace    string
-	WorkflowID   string
-	RunID        string
+	// Namespace, WorkflowID and RunID name the run.
+	Namespace  string
+	WorkflowID string
+	RunID      string
+	// WorkflowType is the type the run was started with.
 	WorkflowType string
-	TaskQueue    string
+	// TaskQueue is the run's task queue, the default one of its activities.
+	TaskQueue string
 	// BuildID is the build id of this worker's workflow code.
 	BuildID string
 	// ParentWorkflowID and ParentRunID name the parent run of a child
