@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/limit"
+	namerule "github.com/aion-run/aion/internal/name"
 )
 
 // ActivityOptions are a workflow's choices for one activity step. Zero
@@ -66,6 +68,12 @@ func (o ActivityOptions) toProto() (*aionv1.ActivityOptions, error) {
 			return nil, fmt.Errorf("ActivityOptions.%s is %s, want at least 0", d.field, d.v)
 		}
 	}
+	if err := namerule.CheckOptional("ActivityOptions.TaskQueue", o.TaskQueue, namerule.MaxName); err != nil {
+		return nil, err
+	}
+	if err := namerule.CheckOptional("ActivityOptions.Node", o.Node, namerule.MaxName); err != nil {
+		return nil, err
+	}
 	p := &aionv1.ActivityOptions{
 		TaskQueue:              o.TaskQueue,
 		Node:                   o.Node,
@@ -117,8 +125,8 @@ func ExecuteActivity[T any](ctx Context, activityType string, input any, opts ..
 	c := ctxOf(ctx)
 	r := c.r
 	r.mayCommand("start an activity")
-	if activityType == "" {
-		return failed[T](r, errors.New("workflow: ExecuteActivity: the activity type is empty"))
+	if err := namerule.Check("activity type", activityType, namerule.MaxName); err != nil {
+		return failed[T](r, fmt.Errorf("workflow: ExecuteActivity: %w", err))
 	}
 	if c.sc.canceled {
 		return failed[T](r, ErrCanceled)
@@ -135,8 +143,11 @@ func ExecuteActivity[T any](ctx Context, activityType string, input any, opts ..
 		return failed[T](r, fmt.Errorf("workflow: activity %q: %w", activityType, err))
 	}
 	payload, err := encode(input)
+	if err == nil {
+		err = checkPayload("the input", payload)
+	}
 	if err != nil {
-		return failed[T](r, fmt.Errorf("workflow: activity %q: encode input %T: %w", activityType, input, err))
+		return failed[T](r, fmt.Errorf("workflow: activity %q: input %T: %w", activityType, input, err))
 	}
 	f := newFuture[T](r)
 	s := r.newStep(kindActivity, activityType, c.sc)
@@ -329,6 +340,10 @@ func SideEffect[T any](ctx Context, name string, fn func() (T, error)) (T, error
 	c := ctxOf(ctx)
 	r := c.r
 	r.mayCommand("record a side effect")
+	var zero T
+	if err := limit.Check("side effect name", name, namerule.MaxName); err != nil {
+		return zero, fmt.Errorf("workflow: SideEffect: %w", err)
+	}
 	s := r.newStep(kindSideEffect, name, nil)
 	cmd := &aionv1.RecordSideEffectCommand{Step: s.n, Name: name}
 	var raw []byte
@@ -337,8 +352,11 @@ func SideEffect[T any](ctx Context, name string, fn func() (T, error)) (T, error
 		v, err := fn()
 		if err == nil {
 			b, merr := json.Marshal(v)
+			if merr == nil {
+				merr = checkPayload("the value", b)
+			}
 			if merr != nil {
-				err = fmt.Errorf("encode value %T: %w", v, merr)
+				err = fmt.Errorf("side effect %q: value %T: %w", name, v, merr)
 			} else {
 				rec.Value = b
 			}
@@ -355,7 +373,6 @@ func SideEffect[T any](ctx Context, name string, fn func() (T, error)) (T, error
 		raw = r.issue(&aionv1.WorkflowCommand{Command: &aionv1.WorkflowCommand_RecordSideEffect{RecordSideEffect: cmd}}).
 			GetSideEffectRecorded().GetValue()
 	}
-	var zero T
 	var rec sideEffectValue
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return zero, fmt.Errorf("workflow: side effect %q (step %d): recorded value %s: %w", name, s.n, clip(raw), err)
@@ -394,15 +411,24 @@ func ExecuteChild[T any](ctx Context, workflowType string, input any, opts Child
 	c := ctxOf(ctx)
 	r := c.r
 	r.mayCommand("start a child workflow")
-	if workflowType == "" {
-		return failed[T](r, errors.New("workflow: ExecuteChild: the workflow type is empty"))
+	for _, err := range []error{
+		namerule.Check("workflow type", workflowType, namerule.MaxName),
+		namerule.CheckOptional("ChildOptions.WorkflowID", opts.WorkflowID, namerule.MaxID),
+		namerule.CheckOptional("ChildOptions.TaskQueue", opts.TaskQueue, namerule.MaxName),
+	} {
+		if err != nil {
+			return failed[T](r, fmt.Errorf("workflow: ExecuteChild: %w", err))
+		}
 	}
 	if c.sc.canceled {
 		return failed[T](r, ErrCanceled)
 	}
 	payload, err := encode(input)
+	if err == nil {
+		err = checkPayload("the input", payload)
+	}
 	if err != nil {
-		return failed[T](r, fmt.Errorf("workflow: child %q: encode input %T: %w", workflowType, input, err))
+		return failed[T](r, fmt.Errorf("workflow: child %q: input %T: %w", workflowType, input, err))
 	}
 	f := newFuture[T](r)
 	s := r.newStep(kindChild, workflowType, nil)

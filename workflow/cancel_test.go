@@ -283,3 +283,32 @@ func TestASignalWaitsTimerNameIsClippedToTheNameLimit(t *testing.T) {
 	fresh := newExecutor(t, workflow.ExecutorOptions{}, register)
 	wantCmds(t, "full replay", s.replay(fresh, s.lastSeq()))
 }
+
+// The server closes a child whose workflow id already has an open run as it
+// records the child's start, so its ChildClosed sits among the task's
+// command events.
+func TestAChildClosedAmongTheCommandEventsIsSeenInTheNextRound(t *testing.T) {
+	t.Parallel()
+	register := func(e *workflow.Executor) {
+		must(t, workflow.Register(e, "parent", func(ctx workflow.Context, _ struct{}) (string, error) {
+			a := workflow.ExecuteChild[string](ctx, "child", "a", workflow.ChildOptions{WorkflowID: "taken"})
+			b := workflow.ExecuteChild[string](ctx, "child", "b", workflow.ChildOptions{})
+			_, aerr := a.Get(ctx)
+			bv, berr := b.Get(ctx)
+			return fmt.Sprintf("%v / %s %v", aerr, bv, berr), nil
+		}))
+	}
+	s := newSim(t, newExecutor(t, workflow.ExecutorOptions{}, register), "parent", nil)
+	res := s.deliver(false)
+	wantCmds(t, "first task", res, `child 1 child "a"`, `child 2 child "b"`)
+	s.add(&aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_WorkflowTaskCompleted{WorkflowTaskCompleted: &aionv1.WorkflowTaskCompleted{SeenSeq: s.sent}}})
+	s.add(commandEvent(s, res.GetCommands()[0]))
+	s.childClosed(1, aionv1.RunStatus_RUN_STATUS_FAILED, nil, &aionv1.Failure{Type: "already_exists", Message: `workflow "taken" already has an open run`})
+	s.add(commandEvent(s, res.GetCommands()[1]))
+	s.sticky = true
+	wantCmds(t, "kept run", s.step())
+	s.childClosed(2, aionv1.RunStatus_RUN_STATUS_COMPLETED, "B", nil)
+	want := `close completed "child workflow \"child\" (step 1) failed: already_exists: workflow \"taken\" already has an open run / B \u003cnil\u003e"`
+	wantCmds(t, "second child closed", s.step(), want)
+	s.checkAgainstReplay(t, register)
+}

@@ -252,14 +252,13 @@ func taskFailure(err error) *aionv1.Failure {
 	)
 	switch {
 	case errors.As(err, &nd):
-		return &aionv1.Failure{Type: "nondeterministic", Message: nd.Error(), Retryable: true}
+		return clipped(&aionv1.Failure{Type: "nondeterministic", Message: nd.Error(), Retryable: true})
 	case errors.As(err, &pe):
-		details, _ := json.Marshal(pe.Stack)
-		return &aionv1.Failure{Type: "panic", Message: pe.Error(), Retryable: true, Details: details}
+		return clipped(&aionv1.Failure{Type: "panic", Message: pe.Error(), Retryable: true, Details: stackDetails(pe.Stack)})
 	case errors.As(err, &bh):
-		return &aionv1.Failure{Type: "bad_history", Message: bh.Error(), Retryable: true}
+		return clipped(&aionv1.Failure{Type: "bad_history", Message: bh.Error(), Retryable: true})
 	}
-	return &aionv1.Failure{Type: "workflow_task_failed", Message: err.Error(), Retryable: true}
+	return clipped(&aionv1.Failure{Type: "workflow_task_failed", Message: err.Error(), Retryable: true})
 }
 
 // takeLocked removes a run from the cache and returns it (nil if absent).

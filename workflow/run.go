@@ -9,6 +9,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/limit"
 )
 
 // Step and command kinds, as NonDeterministicError names them.
@@ -114,7 +115,7 @@ func (r *run) exitCoroutine() {
 	panic("workflow: the run of this Context has ended")
 }
 
-// errBadHistory marks a history the server should never have sent.
+// badHistoryError marks a history the server should never have sent.
 type badHistoryError struct{ msg string }
 
 func (e *badHistoryError) Error() string { return "bad history: " + e.msg }
@@ -147,11 +148,20 @@ func (r *run) runTask(task *aionv1.WorkflowTask) ([]*aionv1.WorkflowCommand, err
 		ev := events[i]
 		switch {
 		case ev.GetWorkflowTaskCompleted() != nil:
+			// The round's commands are the command events up to the next
+			// marker. Other events among them arrived as the server applied
+			// the commands (a child whose workflow id is taken closes at
+			// once): the code sees them in a later round.
+			var recorded []*aionv1.HistoryEvent
 			j := i + 1
-			for j < len(events) && isCommandEvent(events[j]) {
-				j++
+			for ; j < len(events) && events[j].GetWorkflowTaskCompleted() == nil; j++ {
+				if isCommandEvent(events[j]) {
+					recorded = append(recorded, events[j])
+				} else {
+					r.held = append(r.held, events[j])
+				}
 			}
-			if err := r.replayRound(ev.GetWorkflowTaskCompleted().GetSeenSeq(), events[i+1:j]); err != nil {
+			if err := r.replayRound(ev.GetWorkflowTaskCompleted().GetSeenSeq(), recorded); err != nil {
 				return nil, err
 			}
 			i = j
@@ -389,6 +399,15 @@ func (r *run) close(out []byte, err error) {
 	}
 	cmd := &aionv1.CloseWorkflowCommand{}
 	var can *ContinueAsNewError
+	if err == nil {
+		if perr := checkPayload("the workflow's result", out); perr != nil {
+			err = &typedError{typ: "result_too_large", msg: perr.Error()}
+		}
+	} else if errors.As(err, &can) && can.err == nil {
+		if perr := checkPayload("the next run's input", can.Input); perr != nil {
+			err = &typedError{typ: "input_too_large", msg: perr.Error()}
+		}
+	}
 	switch {
 	case err == nil:
 		cmd.Status, cmd.Result = aionv1.RunStatus_RUN_STATUS_COMPLETED, out
@@ -406,6 +425,7 @@ func (r *run) close(out []byte, err error) {
 		cmd.Status = aionv1.RunStatus_RUN_STATUS_FAILED
 		cmd.Failure = &aionv1.Failure{Type: typ, Message: err.Error()}
 	}
+	cmd.Failure = clipped(cmd.Failure)
 	r.issue(&aionv1.WorkflowCommand{Command: &aionv1.WorkflowCommand_Close{Close: cmd}})
 	r.finished = true
 }
@@ -413,6 +433,7 @@ func (r *run) close(out []byte, err error) {
 // answer runs a query handler on the run's state.
 func (r *run) answer(q *aionv1.WorkflowQuery) (a *aionv1.QueryAnswer) {
 	a = &aionv1.QueryAnswer{QueryId: q.GetQueryId()}
+	defer func() { a.Error = limit.Clip(a.Error, limit.FailureMessage) }()
 	h := r.queries[q.GetName()]
 	if h == nil {
 		a.Error = fmt.Sprintf("unknown query %q: the run's code registered %s", q.GetName(), r.queryNames())
@@ -426,6 +447,9 @@ func (r *run) answer(q *aionv1.WorkflowQuery) (a *aionv1.QueryAnswer) {
 		}
 	}()
 	out, err := h(q.GetInput())
+	if err == nil {
+		err = checkPayload("the result", out)
+	}
 	if err != nil {
 		a.Error = fmt.Sprintf("query %q: %v", q.GetName(), err)
 		return a
