@@ -111,9 +111,12 @@ type NonDeterministicError struct {
 }
 
 // Error implements error.
-func (e *NonDeterministicError) Error() string {
+func (e *NonDeterministicError) Error() string { return "nondeterministic: " + e.what() }
+
+// what is the message without its type, as a task failure carries it.
+func (e *NonDeterministicError) what() string {
 	if e.Detail != "" {
-		return "nondeterministic: " + e.Detail
+		return e.Detail
 	}
 	where := "step " + strconv.FormatInt(e.Step, 10)
 	if e.Step == 0 {
@@ -121,15 +124,15 @@ func (e *NonDeterministicError) Error() string {
 	}
 	switch {
 	case e.Kind == "":
-		return fmt.Sprintf("nondeterministic: %s: history recorded %s but the code did not take it", where, describe(e.RecordedKind, e.RecordedName))
+		return fmt.Sprintf("%s: history recorded %s but the code did not take it", where, describe(e.RecordedKind, e.RecordedName))
 	case e.RecordedKind == "":
-		return fmt.Sprintf("nondeterministic: %s: the code took %s where history records none", where, describe(e.Kind, e.Name))
+		return fmt.Sprintf("%s: the code took %s where history records none", where, describe(e.Kind, e.Name))
 	}
 	recorded := describe(e.RecordedKind, e.RecordedName)
 	if e.RecordedStep != e.Step && e.RecordedStep != 0 {
 		recorded += " of step " + strconv.FormatInt(e.RecordedStep, 10)
 	}
-	return fmt.Sprintf("nondeterministic: %s: the code took %s, history recorded %s", where, describe(e.Kind, e.Name), recorded)
+	return fmt.Sprintf("%s: the code took %s, history recorded %s", where, describe(e.Kind, e.Name), recorded)
 }
 
 func describe(kind, name string) string { return kind + " " + strconv.Quote(name) }

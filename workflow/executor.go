@@ -243,7 +243,8 @@ func stickyMiss(task *aionv1.WorkflowTask) *aionv1.Failure {
 
 // taskFailure is how a failed task is reported; every one is retryable:
 // the server retries the task (after fixed code is deployed, for a
-// divergence).
+// divergence). The message leaves the type out: the server shows the two
+// together.
 func taskFailure(err error) *aionv1.Failure {
 	var (
 		nd *NonDeterministicError
@@ -252,11 +253,11 @@ func taskFailure(err error) *aionv1.Failure {
 	)
 	switch {
 	case errors.As(err, &nd):
-		return clipped(&aionv1.Failure{Type: "nondeterministic", Message: nd.Error(), Retryable: true})
+		return clipped(&aionv1.Failure{Type: "nondeterministic", Message: nd.what(), Retryable: true})
 	case errors.As(err, &pe):
 		return clipped(&aionv1.Failure{Type: "panic", Message: pe.Error(), Retryable: true, Details: stackDetails(pe.Stack)})
 	case errors.As(err, &bh):
-		return clipped(&aionv1.Failure{Type: "bad_history", Message: bh.Error(), Retryable: true})
+		return clipped(&aionv1.Failure{Type: "bad_history", Message: bh.msg, Retryable: true})
 	}
 	return clipped(&aionv1.Failure{Type: "workflow_task_failed", Message: err.Error(), Retryable: true})
 }

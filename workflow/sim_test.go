@@ -320,6 +320,9 @@ func wantFailure(t tb, what string, res *aionv1.WorkflowTaskResult, typ string, 
 	if f.GetType() != typ || !f.GetRetryable() {
 		t.Fatalf("%s: failure %v, want retryable type %s", what, f, typ)
 	}
+	if strings.HasPrefix(f.GetMessage(), typ+":") {
+		t.Fatalf("%s: failure message %q repeats its type (the server shows type and message together)", what, f.GetMessage())
+	}
 	for _, p := range parts {
 		if !strings.Contains(f.GetMessage(), p) {
 			t.Fatalf("%s: failure message %q does not contain %q", what, f.GetMessage(), p)
