@@ -23,6 +23,11 @@ const DefaultWorkflowSlots = 100
 // A worker that registers a workflow must set Options.BuildID. It may
 // register workflows only, without any activity.
 //
+// Workflow code runs on a few goroutines the worker keeps for it and must
+// only compute and wait through package workflow: code that blocks in any
+// other way (a channel, a lock, I/O) holds its runner, and Run does not
+// return while it does.
+//
 // RegisterWorkflow panics if workflowType is empty or already registered, fn
 // is nil, or Run has been called: these are programming errors.
 func RegisterWorkflow[In, Out any](w *Worker, workflowType string, fn func(ctx workflow.Context, in In) (Out, error)) {

@@ -232,7 +232,7 @@ func ReceiveSignal[T any](ctx Context, name string) (T, error) {
 // returns the signal and true if one arrives before d passes, and false
 // when the timer fires first. A timer it started and no longer needs is
 // canceled (a CancelTimer command). A signal already buffered is returned
-// at once, with no timer.
+// at once, with no timer; a d of zero or less only looks for one.
 func ReceiveSignalWithTimeout[T any](ctx Context, name string, d time.Duration) (T, bool, error) {
 	c := ctxOf(ctx)
 	r := c.r
