@@ -32,6 +32,11 @@ type ActivityInfo struct {
 	HeartbeatTimeout    time.Duration
 	// WorkerID is the id the server gave this worker's stream.
 	WorkerID uint64
+	// WorkflowID, RunID and Step name the workflow step this activity is,
+	// when a workflow started it; empty (Step 0) otherwise.
+	WorkflowID string
+	RunID      string
+	Step       int64
 }
 
 type ctxKey struct{}
@@ -140,6 +145,9 @@ func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
 			StartToCloseTimeout: t.GetStartToCloseTimeout().AsDuration(),
 			HeartbeatTimeout:    t.GetHeartbeatTimeout().AsDuration(),
 			WorkerID:            workerID,
+			WorkflowID:          t.GetWorkflowId(),
+			RunID:               t.GetRunId(),
+			Step:                t.GetStep(),
 		},
 	}
 	if t.GetScheduledTime() != nil {

@@ -1,6 +1,7 @@
 // Package worker is the Go SDK for aion workers: a process that dials an
-// aion server, registers the activity types it can run, and runs the
-// attempts the server pushes to it over one long-lived gRPC stream (see
+// aion server, registers the activity types it can run (and the workflow
+// types it can advance), and runs the attempts (and workflow tasks) the
+// server pushes to it over one long-lived gRPC stream (see
 // docs/protocol.md for the stream contract).
 //
 //	w, err := worker.New("127.0.0.1:50051", worker.Options{
@@ -81,6 +82,25 @@
 //
 // A command for an attempt the worker no longer runs, or for a primitive it
 // did not advertise, is declined with a message saying so.
+//
+// # Workflows
+//
+// A worker also advances durable workflows (see package workflow):
+// RegisterWorkflow registers a workflow function under a workflow type, and
+// Options.BuildID, required then, names the version of the workflow code.
+// The server sends the worker workflow tasks, up to Options.WorkflowSlots at
+// once and apart from its activity slots; the worker runs each on a few
+// goroutines of its own and answers with the steps the code took. It keeps
+// up to Options.WorkflowCacheSize runs in memory between their tasks, so
+// that a run resumes without replaying its history. A worker may register
+// workflows only, activities only, or both.
+//
+//	w, err := worker.New(addr, worker.Options{Namespaces: []string{"shop"}, BuildID: "orders-v3"})
+//	worker.RegisterWorkflow(w, "order", OrderWorkflow)
+//	worker.RegisterActivity(w, "charge", Charge)
+//
+// An activity a workflow started sees its workflow's id, run id and step
+// number in Info.
 //
 // # Testing handlers
 //

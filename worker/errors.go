@@ -55,6 +55,10 @@ func (e *Error) Error() string {
 	return e.Type + ": " + e.Message
 }
 
+// ErrorType returns Type, so that a workflow function that returns an
+// *Error fails its run with that type.
+func (e *Error) ErrorType() string { return e.Type }
+
 // Unwrap returns the error NonRetryable wrapped, if any.
 func (e *Error) Unwrap() error { return e.cause }
 

@@ -26,7 +26,12 @@ func offline(ctx context.Context, v any, workerID uint64, send func(*aionv1.Work
 	}
 	w.started = true
 	w.hbEvery = 0
+	if err := w.checkWorkflowsLocked(); err != nil {
+		w.mu.Unlock()
+		return nil, nil, err
+	}
 	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
+	w.startWorkflows()
 	w.mu.Unlock()
 
 	out := newOutbox()
@@ -45,6 +50,7 @@ func offline(ctx context.Context, v any, workerID uint64, send func(*aionv1.Work
 			w.cancelHandlers(ErrWorkerStopping)
 			w.tasks.Wait()
 			w.aux.Wait()
+			w.stopWorkflows()
 			close(done)
 			<-sent
 			w.detach(out)

@@ -35,6 +35,13 @@ func (o *outbox) push(m *aionv1.WorkerMessage) bool {
 	return true
 }
 
+// isOpen reports whether the outbox still takes frames.
+func (o *outbox) isOpen() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.closed && !o.closeSend
+}
+
 // finish asks the sender to CloseSend after the frames already queued.
 func (o *outbox) finish() {
 	o.mu.Lock()

@@ -68,12 +68,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run called twice")
 	}
 	w.started = true
-	if len(w.handlers) == 0 {
+	if len(w.handlers) == 0 && len(w.register.GetWorkflowTypes()) == 0 {
 		w.mu.Unlock()
-		return errors.New("worker: no activity registered (call RegisterActivity before Run)")
+		w.wf.Close()
+		return errors.New("worker: no activity or workflow registered (call RegisterActivity or RegisterWorkflow before Run)")
+	}
+	if err := w.checkWorkflowsLocked(); err != nil {
+		w.mu.Unlock()
+		w.wf.Close()
+		return err
 	}
 	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
+	w.startWorkflows()
 	w.mu.Unlock()
+	defer w.stopWorkflows()
 
 	conn, err := w.dial()
 	if err != nil {
@@ -303,6 +311,7 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 				pingC = pings.C
 				w.log.Info("aion worker registered", "worker_id", ack.GetWorkerId(), "namespaces", w.register.GetNamespaces(),
 					"task_queue", w.register.GetTaskQueue(), "node", w.register.GetNode(), "types", w.register.GetActivityTypes(),
+					"workflow_types", w.register.GetWorkflowTypes(), "build_id", w.register.GetBuildId(),
 					"slots", w.register.GetSlots(), "capabilities", w.opts.Capabilities, "heartbeat_window", ack.GetHeartbeatWindow().AsDuration(), "ping_interval", every,
 					"resent_results", resent)
 				continue
@@ -498,6 +507,12 @@ func (w *Worker) handle(out *outbox, m *aionv1.ServerMessage) (deadline time.Tim
 			deadline = d.AsTime()
 		}
 		return deadline, true
+
+	case *aionv1.ServerMessage_WorkflowTask:
+		w.handleWorkflowTask(out, f.WorkflowTask)
+
+	case *aionv1.ServerMessage_WorkflowTaskAck:
+		w.handleWorkflowTaskAck(f.WorkflowTaskAck)
 
 	case *aionv1.ServerMessage_Pong:
 		// Liveness only.

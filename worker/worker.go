@@ -17,7 +17,9 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/intervention"
 	ivwire "github.com/aion-run/aion/internal/intervention/wire"
+	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/target"
+	"github.com/aion-run/aion/workflow"
 )
 
 // SDKVersion is sent in Register.sdk_version.
@@ -94,6 +96,22 @@ type Options struct {
 	// a further 10s at most for the server to acknowledge their results.
 	StopTimeout time.Duration
 
+	// BuildID is the version of the worker's workflow code; required when a
+	// workflow is registered (RegisterWorkflow). A run's workflow tasks go
+	// only to workers of the build id it started on, so code that changes
+	// the steps running workflows take must ship under a new one. It
+	// follows the name rule (letters, digits and - _ . : / @ + =, at most
+	// 128 bytes).
+	BuildID string
+	// WorkflowSlots is the most workflow tasks the server sends the worker
+	// at once, apart from its activity Slots; 0 means DefaultWorkflowSlots.
+	// Workflow tasks are short: they run on a few goroutines of their own.
+	WorkflowSlots int
+	// WorkflowCacheSize is the most workflow runs kept in memory between
+	// their tasks (a kept run resumes without replaying its history); 0
+	// means workflow.DefaultCacheSize, negative keeps none.
+	WorkflowCacheSize int
+
 	// ExitOnDrain makes Run return nil once it has finished a server's
 	// DrainRequest. By default the worker reconnects (with backoff) after a
 	// drain: a DrainRequest usually means the server is shutting down for a
@@ -113,10 +131,11 @@ const (
 type handlerFunc func(ctx context.Context, payload []byte) ([]byte, error)
 
 // Worker connects to an aion server, registers the activity types it can
-// run, and runs the attempts the server pushes to it.
+// run and the workflow types it can advance, and runs the attempts and
+// workflow tasks the server pushes to it.
 //
-// Create it with New, register handlers with RegisterActivity, then call
-// Run once.
+// Create it with New, register handlers with RegisterActivity and
+// RegisterWorkflow, then call Run once.
 type Worker struct {
 	address  string
 	opts     Options
@@ -151,6 +170,10 @@ type Worker struct {
 	handlerCtx     context.Context
 	cancelHandlers context.CancelCauseFunc
 
+	wf         *workflow.Executor
+	wfRun      workflowRunners
+	wfInFlight int // workflow tasks received and not yet answered
+
 	sem     chan struct{}  // slot guard
 	changed chan struct{}  // an attempt finished or a result was acknowledged
 	tasks   sync.WaitGroup // attempt goroutines
@@ -178,6 +201,15 @@ func New(address string, opts Options) (*Worker, error) {
 	}
 	if opts.Slots == 0 {
 		opts.Slots = 1
+	}
+	if opts.WorkflowSlots < 0 {
+		return nil, fmt.Errorf("worker: Options.WorkflowSlots is %d, want at least 0", opts.WorkflowSlots)
+	}
+	if opts.WorkflowSlots == 0 {
+		opts.WorkflowSlots = DefaultWorkflowSlots
+	}
+	if err := name.CheckOptional("worker: Options.BuildID", opts.BuildID, name.MaxName); err != nil {
+		return nil, err
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = DefaultMinBackoff
@@ -228,6 +260,7 @@ func New(address string, opts Options) (*Worker, error) {
 		closeWait:       5 * time.Second,
 		hbEvery:         heartbeatEvery,
 		handlers:        make(map[string]handlerFunc),
+		wf:              workflow.NewExecutor(workflow.ExecutorOptions{BuildID: opts.BuildID, CacheSize: opts.WorkflowCacheSize}),
 		running:         make(map[attemptKey]*attempt),
 		sem:             make(chan struct{}, opts.Slots),
 		changed:         make(chan struct{}, 1),
@@ -294,7 +327,9 @@ func (w *Worker) notify() {
 
 // idle reports whether nothing is running and every result is
 // acknowledged. Callers hold w.mu.
-func (w *Worker) idleLocked() bool { return len(w.running) == 0 && w.book.len() == 0 }
+func (w *Worker) idleLocked() bool {
+	return len(w.running) == 0 && w.book.len() == 0 && w.wfInFlight == 0
+}
 
 func (w *Worker) idle() bool {
 	w.mu.Lock()
