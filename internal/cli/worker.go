@@ -39,6 +39,9 @@ type demoFlags struct {
 	stopTimeout time.Duration
 	exitOnDrain bool
 	caps        []string
+	buildID     string
+	wfSlots     int
+	ledger      string
 }
 
 // demoCapabilities are the intervention primitives the demo worker
@@ -68,8 +71,10 @@ func (a *app) demoWorkerCommand() *cobra.Command {
 	var f demoFlags
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run a worker with built-in demo activity types",
-		Long: `Run a worker serving four built-in activity types:
+		Short: "Run a worker with built-in demo activities and workflows",
+		Long: `Run a worker serving built-in demo activity types and two workflows.
+
+Activity types:
 
   echo    returns its input unchanged
   sleep   input {"ms":N}: sleeps N milliseconds, heartbeating with its progress
@@ -90,6 +95,27 @@ func (a *app) demoWorkerCommand() *cobra.Command {
           "paused_ms":P,"interrupted_turns":I} (turn: turns run when the
           message was handled)
 
+  reserve, charge, release, refund, ship, notify, tool
+          the steps of the demo workflows: input {"order_id","amount","fail"};
+          "fail": true fails the attempt (type declined, not retryable)
+
+Workflows (build id --build-id, default demo-1):
+  order   input {"order_id","amount","fail_charge","ship_timeout","sleep"}:
+          reserve → charge (on failure: release, and the run fails) → wait
+          for the signal "ship" {"carrier","tracking"} up to ship_timeout
+          (default 1h; "0s" does not wait; no signal: refund) → ship →
+          durable sleep (default 1s) → notify. Query "status".
+  agent   input {"task","max_turns","budget","approval_at","approval_timeout",
+          "turn_ms","turns_per_run"}: a loop of model turns (the agent
+          activity, one turn each, steerable with 'aion activity intervene'
+          while it runs) and tool calls within a budget; the tool call of turn
+          approval_at waits for the signal "approval" {"approved","note"}; it
+          continues as new every turns_per_run turns. Query "status".
+
+With --ledger FILE every execution of a workflow step's activity appends
+"<unix nanos> <activity id> <attempt> <type>" to FILE (synced), so a test
+can count how often each step ran.
+
 The worker advertises the intervention capabilities inject_message, cancel,
 pause_resume and update_budget (not respond_to_approval: the demo agent asks
 for no approvals); --capabilities replaces the list, --capabilities none
@@ -100,6 +126,7 @@ finishes what it has (up to --stop-timeout), and exits. When the server asks
 it to drain it finishes its work and reconnects (or exits with
 --exit-on-drain).`,
 		Example: `  aion worker demo --namespace demo --task-queue default
+  aion worker demo --namespace demo --ledger /tmp/ledger.txt
   aion worker demo --namespace team-a,team-b --task-queue gpu --node gpu-a --slots 8
   aion worker demo --namespace demo --capabilities inject_message,cancel
   aion worker demo --namespace demo --capabilities none`,
@@ -120,6 +147,14 @@ it to drain it finishes its work and reconnects (or exits with
 			if err != nil {
 				return err
 			}
+			if f.wfSlots < 1 {
+				return fmt.Errorf("--workflow-slots %d: must be at least 1", f.wfSlots)
+			}
+			led, err := openLedger(f.ledger)
+			if err != nil {
+				return err
+			}
+			defer led.Close()
 			log := a.logger()
 			creds, err := a.transport()
 			if err != nil {
@@ -141,15 +176,20 @@ it to drain it finishes its work and reconnects (or exits with
 				StopTimeout:  f.stopTimeout,
 				ExitOnDrain:  f.exitOnDrain,
 				Capabilities: caps,
+
+				BuildID:       f.buildID,
+				WorkflowSlots: f.wfSlots,
 			})
 			if err != nil {
 				return err
 			}
 			registerDemo(w, log)
+			registerDemoWorkflows(w, log, led)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info("demo worker starting", "address", a.address, "namespaces", f.namespaces, "task_queue", f.taskQueue,
-				"node", f.node, "slots", f.slots, "types", []string{"echo", "sleep", "fail", "agent"}, "capabilities", caps)
+				"node", f.node, "slots", f.slots, "types", []string{"echo", "sleep", "fail", "agent"}, "capabilities", caps,
+				"workflows", []string{"order", "agent"}, "build_id", f.buildID)
 			return w.Run(ctx)
 		},
 	}
@@ -162,6 +202,9 @@ it to drain it finishes its work and reconnects (or exits with
 	fl.StringVar(&f.identity, "identity", "", "name shown to operators (default host:pid)")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight attempts may keep running")
 	fl.BoolVar(&f.exitOnDrain, "exit-on-drain", false, "exit when the server asks this worker to drain, instead of reconnecting")
+	fl.StringVar(&f.buildID, "build-id", demoBuild, "build id of the workflow code (runs stay on the build they started on)")
+	fl.IntVar(&f.wfSlots, "workflow-slots", 100, "most workflow tasks run at once, apart from --slots")
+	fl.StringVar(&f.ledger, "ledger", "", "append one line per workflow step execution to this file")
 	fl.StringSliceVar(&f.caps, "capabilities", demoCapabilities,
 		"intervention capabilities to advertise (comma-separated): inject_message, cancel, pause_resume, update_budget, respond_to_approval; or none")
 	return cmd
