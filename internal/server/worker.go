@@ -581,14 +581,12 @@ func checkWorkflowTaskResult(r *aionv1.WorkflowTaskResult) error {
 		return status.Error(codes.InvalidArgument, "workflow_task_result.task: must be at least 1")
 	}
 	if f := r.GetFailure(); f != nil {
-		for _, err := range []error{
-			limit.Check("workflow_task_result.failure.type", f.GetType(), limit.FailureType),
-			limit.Check("workflow_task_result.failure.message", f.GetMessage(), limit.FailureMessage),
-			limit.Bytes("workflow_task_result.failure.details", f.GetDetails(), limit.FailureDetails),
-		} {
-			if err != nil {
-				return status.Error(codes.InvalidArgument, err.Error())
-			}
+		// A task failure only explains why the run waits: an oversized one
+		// is clipped, never a reason to end the stream.
+		f.Type = limit.Clip(f.GetType(), limit.FailureType)
+		f.Message = limit.Clip(f.GetMessage(), limit.FailureMessage)
+		if len(f.GetDetails()) > limit.FailureDetails {
+			f.Details = nil
 		}
 	}
 	for i, a := range r.GetQueryAnswers() {
