@@ -37,6 +37,13 @@ import (
 // The checkpointer's connection has the writer's synchronous mode, so a
 // checkpoint syncs the log before copying from it and the database file
 // before the log is reused: what it moves is never only in the page cache.
+//
+// Loss detection (loss.go) is unchanged by when checkpoints run: a
+// checkpoint copies whole commits, the meta row's counters with them, so the
+// counters Open reads always belong to the state it finds, and what a log cut
+// short or deleted takes away is only what was not yet copied. The
+// checkpointer starts after Open has checked the database against its mark,
+// so a refused database is left as it was found.
 const (
 	// defaultCheckpointFrames is SQLite's own autocheckpoint threshold.
 	defaultCheckpointFrames = 1000
@@ -44,7 +51,8 @@ const (
 	// checkpoints from finishing.
 	defaultMaxWAL = 64 << 20
 	// defaultEscalateWait is the longest a TRUNCATE checkpoint waits for the
-	// commit and the readers in its way; commits wait as long.
+	// commit and the readers in its way; commits wait while it waits for
+	// readers.
 	defaultEscalateWait = 250 * time.Millisecond
 	// defaultEscalateBackoff spaces TRUNCATE checkpoints that could not
 	// finish, so a long reader holds commits back at most once per period.
