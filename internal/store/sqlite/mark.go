@@ -126,6 +126,11 @@ type mark struct {
 	dirty bool
 	err   error // the first failed write or sync
 
+	// notify, when set, is called after every advance, outside the lock:
+	// each commit advances the mark, so the checkpointer hears of it. It
+	// must not block.
+	notify func()
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -172,6 +177,9 @@ func openMark(path string, c Counters) (*mark, error) {
 // advance records c if it is ahead of what the file holds. It writes to the
 // page cache only; syncLoop and close force it to disk.
 func (m *mark) advance(c Counters) {
+	if m.notify != nil {
+		defer m.notify()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c.Commits <= m.last.Commits {

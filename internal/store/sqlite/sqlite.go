@@ -1,5 +1,6 @@
 // Package sqlite is the embedded store: one SQLite file, opened in WAL mode,
-// with a single writer connection and a pool of readers.
+// with a single writer connection, a pool of readers, and a checkpointer
+// that copies the write-ahead log into the file beside the commits.
 package sqlite
 
 import (
@@ -26,6 +27,7 @@ type Store struct {
 	mark   *mark
 	// accepted is the loss Open found and was told to accept; nil if none.
 	accepted *LossError
+	ckpt     *checkpointer // copies the write-ahead log into the file; see checkpoint.go
 }
 
 // Option adjusts how Open opens the file.
@@ -34,6 +36,7 @@ type Option func(*options)
 type options struct {
 	synchronous string
 	acceptLoss  bool
+	ckpt        checkpointOptions
 }
 
 // WithSynchronous sets SQLite's synchronous mode: "full" (the default; a
@@ -96,11 +99,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	// Memory is bounded by connection: each has its own page cache (the
 	// writer's is large, for group commits; readers' are small and few), and
 	// the file is read, not memory-mapped, so its pages are not counted
-	// again in every connection's mapping.
+	// again in every connection's mapping. No commit checkpoints
+	// (wal_autocheckpoint=0): the checkpointer does, beside them.
 	dsn := func(cacheKiB int) string {
 		return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
 			"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)" + fmt.Sprintf("&_pragma=cache_size(-%d)", cacheKiB) +
-			"&_pragma=mmap_size(0)&_pragma=temp_store(MEMORY)&_txlock=immediate"
+			"&_pragma=mmap_size(0)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"
 	}
 	writer, err := sql.Open("sqlite", dsn(64<<10))
 	if err != nil {
@@ -128,6 +132,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		} else {
 			s.mark, err = createMark(MarkPath(path), id, counters)
 		}
+	}
+	if err == nil {
+		err = s.startCheckpointer(ctx, dsn(checkpointCacheKiB), o.ckpt)
 	}
 	if err != nil {
 		s.Close()
@@ -158,14 +165,19 @@ func (s *Store) Synchronous(ctx context.Context) (string, error) {
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
-// Close closes both connection pools and the mark file, whose last record
-// is synced first.
+// Close stops the checkpointer and closes the connection pools and the mark
+// file, whose last record is synced first. The writer is the last
+// connection to close, so SQLite's checkpoint on closing copies what is left
+// of the write-ahead log into the database file and removes the log.
 func (s *Store) Close() error {
+	cerr := s.ckpt.stop()
 	var merr error
 	if s.mark != nil {
 		merr = s.mark.close()
 	}
-	return errors.Join(s.stmts.close(), s.reader.Close(), s.writer.Close(), merr)
+	// Calls run left to right: the checkpointer lets go of the log's index
+	// only after the writer is closed.
+	return errors.Join(cerr, s.stmts.close(), s.reader.Close(), s.writer.Close(), merr, s.ckpt.release())
 }
 
 // migrations are applied in order; the database's user_version records how
