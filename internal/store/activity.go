@@ -148,6 +148,9 @@ type EndAttempt struct {
 	// activity (cluster mode): a server whose lease was reaped changes
 	// nothing. Backends without a cluster ignore it.
 	Owner ServerID
+	// Post, in cluster mode, puts a workflow step's close in its run's
+	// inbox in the same transaction, when the activity is closed by then.
+	Post *RunEvent
 }
 
 func (InsertActivity) write() {}
@@ -165,6 +168,8 @@ func writeKey(w Write) string {
 		return w.Run.Namespace
 	case AppendEvents:
 		return w.Namespace
+	case PostRunEvent:
+		return w.Event.Namespace
 	}
 	return ""
 }
@@ -183,7 +188,13 @@ func writeBytes(w Write) int {
 	case InsertRun:
 		return 256 + len(w.Run.Input) + eventsBytes(w.Events)
 	case AppendEvents:
-		return 128 + len(w.Update.Result) + w.Update.Failure.size() + eventsBytes(w.Events)
+		n := 128 + len(w.Update.Result) + w.Update.Failure.size() + eventsBytes(w.Events)
+		for _, p := range w.Post {
+			n += 64 + len(p.Data)
+		}
+		return n
+	case PostRunEvent:
+		return 64 + len(w.Event.Data)
 	}
 	return 0
 }

@@ -78,6 +78,12 @@ type Claim struct {
 	ReadyBefore time.Time
 }
 
+// RunClaim names the runs a server may hold: open runs of one workflow
+// type in one pool, which its workers serve.
+type RunClaim struct {
+	Namespace, TaskQueue, WorkflowType string
+}
+
 // ExpireRequest asks to close waiting work whose deadline passed.
 type ExpireRequest struct {
 	// Now is the time deadlines are measured against.
@@ -175,6 +181,28 @@ type Notice struct {
 	Name    string
 }
 
+// Work notices name activity triples; these prefixes in a triple's third
+// field name workflow work instead (names callers choose for activity types
+// may hold ':', so a collision only costs a needless claim).
+const (
+	// RunWorkPrefix: {namespace, task queue, prefix + workflow type}: open
+	// runs no server holds may be claimed.
+	RunWorkPrefix = "workflow:"
+	// InboxWorkPrefix: {namespace, run id, prefix}: an event waits in the
+	// run's inbox for the server that holds it.
+	InboxWorkPrefix = "inbox:"
+)
+
+// RunWork is the notice triple for unheld runs of a workflow type in a pool.
+func RunWork(namespace, taskQueue, workflowType string) [3]string {
+	return [3]string{namespace, taskQueue, RunWorkPrefix + workflowType}
+}
+
+// InboxWork is the notice triple for an event waiting in a run's inbox.
+func InboxWork(namespace, runID string) [3]string {
+	return [3]string{namespace, runID, InboxWorkPrefix}
+}
+
 // NoticeKind names what a Notice announces.
 type NoticeKind int
 
@@ -193,7 +221,9 @@ const (
 //
 // In cluster mode every waiting activity lives only in the store; a server
 // claims work for the workers connected to it, owns what it claimed until the
-// attempt ends, and holds a lease that the others reap when it runs out.
+// attempt ends, and holds a lease that the others reap when it runs out. A
+// workflow run is held by one server at a time, which alone appends to its
+// history (AppendEvents.Owner); the others post to the run's inbox.
 // Leases are measured on the store's clock alone, so servers with skewed
 // clocks agree on who is alive.
 //
@@ -252,6 +282,21 @@ type Cluster interface {
 	// CountOpenActivities reports, per namespace, the activities not closed
 	// yet and the bytes of their payloads.
 	CountOpenActivities(ctx context.Context) (map[string]OpenCount, error)
+
+	// ClaimRuns makes owner the holder of up to limit open runs no server
+	// holds, of the claims' workflow types and pools, oldest first, and
+	// returns them; no run is ever given to two servers. A server whose
+	// lease ran out claims nothing.
+	ClaimRuns(ctx context.Context, owner ServerID, claims []RunClaim, limit int) ([]Run, error)
+	// ReleaseRun lets go of an open run owner holds, for another server to
+	// claim; it reports whether owner held it.
+	ReleaseRun(ctx context.Context, owner ServerID, namespace, runID string) (bool, error)
+	// ReadRunInbox returns the events waiting in a run's inbox, in the order
+	// they were posted.
+	ReadRunInbox(ctx context.Context, namespace, runID string) ([]RunEvent, error)
+	// ListOwnedInbox returns the events waiting in the inboxes of the runs
+	// owner holds, in the order they were posted.
+	ListOwnedInbox(ctx context.Context, owner ServerID) ([]RunEvent, error)
 
 	// PutWorker records or replaces a connected worker.
 	PutWorker(ctx context.Context, w WorkerRecord) error

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 )
 
@@ -86,6 +87,32 @@ func ValidateWrite(w Write) error {
 		}
 		if err := checkSeqs(w.Events, w.After); err != nil {
 			return fmt.Errorf("append events to run %q in namespace %q: %w", w.RunID, w.Namespace, err)
+		}
+	case PostRunEvent:
+		if w.Event.RunID == "" || w.Event.Namespace == "" {
+			return fmt.Errorf("post a run event: namespace %q and run id %q must not be empty", w.Event.Namespace, w.Event.RunID)
+		}
+	}
+	return nil
+}
+
+// ErrClusterOnly reports a write that only a cluster store takes.
+var ErrClusterOnly = errors.New("only a cluster store takes this write")
+
+// CheckAlone refuses, for a backend without a cluster, the writes and
+// fields that only a cluster store carries out: a run inbox exists only
+// where several servers share the store.
+func CheckAlone(w Write) error {
+	switch w := w.(type) {
+	case PostRunEvent:
+		return fmt.Errorf("post an event to run %q: %w", w.Event.RunID, ErrClusterOnly)
+	case AppendEvents:
+		if len(w.Consume) > 0 || len(w.Post) > 0 {
+			return fmt.Errorf("append events to run %q with inbox changes: %w", w.RunID, ErrClusterOnly)
+		}
+	case EndAttempt:
+		if w.Post != nil {
+			return fmt.Errorf("end activity %q with a run event: %w", w.ID, ErrClusterOnly)
 		}
 	}
 	return nil

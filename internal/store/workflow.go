@@ -83,6 +83,10 @@ type Event struct {
 type InsertRun struct {
 	Run    Run
 	Events []Event
+	// Owner, in cluster mode, is the server that holds the new run; 0
+	// leaves it for a server with workers for it to claim. Backends without
+	// a cluster ignore it.
+	Owner ServerID
 }
 
 // AppendEvents adds events to an open run's history and applies Update to
@@ -98,7 +102,31 @@ type AppendEvents struct {
 	// Owner, when set, applies the write only while that server owns the
 	// run (cluster mode). Backends without a cluster ignore it.
 	Owner ServerID
+	// Consume deletes these run events from the run's inbox (cluster mode)
+	// in the same transaction: the events the owner appended from it.
+	Consume []int64
+	// Post puts events in other runs' inboxes (cluster mode), only if this
+	// write applies: a child's close for its parent.
+	Post []RunEvent
 }
+
+// RunEvent is an event for a run's history sent by a server that does not
+// hold the run (cluster mode): a signal, a cancel or terminate request, a
+// step activity's or a child's close. It waits in the run's inbox until the
+// run's owner appends it to the history (AppendEvents.Consume).
+type RunEvent struct {
+	// ID is set by the store, in the order events were posted.
+	ID               int64
+	Namespace, RunID string
+	// Data is the event as the engine encodes it.
+	Data []byte
+}
+
+// PostRunEvent puts an event in an open run's inbox (cluster mode only);
+// Apply reports false when the run is not open.
+type PostRunEvent struct{ Event RunEvent }
+
+func (PostRunEvent) write() {}
 
 // RunUpdate changes a run's record alongside an AppendEvents. Zero fields
 // change nothing.

@@ -89,10 +89,15 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			} else {
 				b.Queue(endActivitySQL, args...)
 			}
+			if p := w.Post; p != nil {
+				b.Queue(postStepCloseSQL, p.Namespace, p.RunID, p.Data, w.ID)
+			}
 		case store.InsertRun:
 			queueInsertRun(b, w)
 		case store.AppendEvents:
 			queueAppendEvents(b, w)
+		case store.PostRunEvent:
+			b.Queue(postRunEventSQL, w.Event.Namespace, w.Event.RunID, w.Event.Data)
 		default:
 			return nil, fmt.Errorf("apply %d writes: write %d: unknown write %T", len(writes), i, w)
 		}
@@ -112,10 +117,13 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				var tag pgconn.CommandTag
 				tag, err = br.Exec()
 				changed[i] = tag.RowsAffected() > 0
-			case store.EndAttempt, store.InsertRun, store.AppendEvents:
+			case store.EndAttempt, store.InsertRun, store.AppendEvents, store.PostRunEvent:
 				var n int64
 				err = br.QueryRow().Scan(&n)
 				changed[i] = n > 0
+				if e, ok := w.(store.EndAttempt); ok && err == nil && e.Post != nil {
+					_, err = br.Exec()
+				}
 			}
 			if err != nil {
 				br.Close()

@@ -39,9 +39,24 @@ const dbNow = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`
 func workPayload(writes []store.Write) string {
 	var triples [][3]string
 	for _, w := range writes {
-		if in, ok := w.(store.InsertActivity); ok {
-			a := in.Activity
+		switch w := w.(type) {
+		case store.InsertActivity:
+			a := w.Activity
 			triples = append(triples, [3]string{a.Namespace, a.TaskQueue, a.ActivityType})
+		case store.InsertRun:
+			if w.Owner == 0 {
+				triples = append(triples, store.RunWork(w.Run.Namespace, w.Run.TaskQueue, w.Run.WorkflowType))
+			}
+		case store.PostRunEvent:
+			triples = append(triples, store.InboxWork(w.Event.Namespace, w.Event.RunID))
+		case store.EndAttempt:
+			if w.Post != nil {
+				triples = append(triples, store.InboxWork(w.Post.Namespace, w.Post.RunID))
+			}
+		case store.AppendEvents:
+			for _, p := range w.Post {
+				triples = append(triples, store.InboxWork(p.Namespace, p.RunID))
+			}
 		}
 	}
 	if len(triples) == 0 {
@@ -247,7 +262,30 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 	if err != nil {
 		return r, fmt.Errorf("release the attempts of server %d: %w", m.ID, err)
 	}
-	rows, err := tx.Query(ctx, `DELETE FROM workers WHERE server = $1 RETURNING id`, int64(m.ID))
+	// Its runs wait for another server to hold them.
+	rows, err := tx.Query(ctx, `UPDATE runs SET owner = 0 WHERE owner = $1 AND status = 'running'
+		RETURNING namespace, task_queue, workflow_type`, int64(m.ID))
+	if err != nil {
+		return r, fmt.Errorf("release the runs of server %d: %w", m.ID, err)
+	}
+	var runWork [][3]string
+	for rows.Next() {
+		var ns, tq, typ string
+		if err := rows.Scan(&ns, &tq, &typ); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("release the runs of server %d: %w", m.ID, err)
+		}
+		runWork = append(runWork, store.RunWork(ns, tq, typ))
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("release the runs of server %d: %w", m.ID, err)
+	}
+	if len(runWork) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelWork, encodeWork(runWork)); err != nil {
+			return r, err
+		}
+	}
+	rows, err = tx.Query(ctx, `DELETE FROM workers WHERE server = $1 RETURNING id`, int64(m.ID))
 	if err != nil {
 		return r, fmt.Errorf("remove the workers of server %d: %w", m.ID, err)
 	}

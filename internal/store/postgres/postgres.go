@@ -190,6 +190,17 @@ var migrations = []string{
 		data      bytea NOT NULL,
 		PRIMARY KEY (namespace, run_id, seq)
 	)`,
+	// Cluster mode: the runs no server holds, by what claims them, and each
+	// run's inbox of events posted by servers that do not hold it.
+	`CREATE INDEX runs_unowned ON runs (namespace, task_queue, workflow_type, seq) WHERE status = 'running' AND owner = 0;
+	CREATE INDEX runs_owned ON runs (owner) WHERE owner <> 0;
+	CREATE TABLE run_inbox (
+		id        bigserial PRIMARY KEY,
+		namespace text NOT NULL,
+		run_id    text NOT NULL,
+		data      bytea NOT NULL
+	);
+	CREATE INDEX run_inbox_by_run ON run_inbox (namespace, run_id, id)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

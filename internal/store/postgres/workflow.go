@@ -19,9 +19,9 @@ import (
 const insertRunSQL = `WITH ins AS (
 		INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status,
 			fingerprint, parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length,
-			started_at, closed_at, task_failure, failure, result, input)
+			started_at, closed_at, task_failure, failure, result, input, owner)
 		VALUES ($1::text, $2::text, $3, $4, $5, $6, 'running', $7, $8, $9, $10, $11, cardinality($15::bigint[]),
-			$12, $13, $14, $16::jsonb, $17, $18)
+			$12, $13, $14, $16::jsonb, $17, $18, $20::bigint)
 		ON CONFLICT DO NOTHING
 		RETURNING 1),
 	ev AS (
@@ -35,8 +35,10 @@ const insertRunSQL = `WITH ins AS (
 // returns how many runs it changed. $5 is the build id (empty keeps it), $6
 // whether to set the task failure to $7, $8 whether to close the run with
 // status $9, result $10, failure $11, next run id $12 and closed time $13;
-// a closed run has no owner. $14, when not 0, matches only a run that
-// server owns or that has no owner.
+// a closed run has no owner and an empty inbox. $14, when not 0, matches
+// only a run that server holds. Only if it matched, the inbox events $17
+// are consumed and the events ($18 namespaces, $19 run ids, $20 data) are
+// posted to those open runs' inboxes.
 const appendEventsSQL = `WITH up AS (
 		UPDATE runs SET history_length = $4::bigint,
 			build_id = CASE WHEN $5::text = '' THEN build_id ELSE $5::text END,
@@ -48,12 +50,20 @@ const appendEventsSQL = `WITH up AS (
 			closed_at = CASE WHEN $8::boolean THEN $13::bigint ELSE closed_at END,
 			owner = CASE WHEN $8::boolean THEN 0 ELSE owner END
 		WHERE namespace = $1::text AND run_id = $2::text AND status = 'running' AND history_length = $3::bigint
-			AND ($14::bigint = 0 OR owner = 0 OR owner = $14::bigint)
+			AND ($14::bigint = 0 OR owner = $14::bigint)
 		RETURNING 1),
 	ev AS (
 		INSERT INTO events (namespace, run_id, seq, data)
 		SELECT $1::text, $2::text, e.seq, e.data FROM unnest($15::bigint[], $16::bytea[]) AS e(seq, data)
-		WHERE EXISTS (SELECT 1 FROM up))
+		WHERE EXISTS (SELECT 1 FROM up)),
+	consumed AS (
+		DELETE FROM run_inbox WHERE namespace = $1::text AND run_id = $2::text AND EXISTS (SELECT 1 FROM up)
+			AND (id = ANY($17::bigint[]) OR $8::boolean)),
+	posted AS (
+		INSERT INTO run_inbox (namespace, run_id, data)
+		SELECT p.ns, p.rid, p.data FROM unnest($18::text[], $19::text[], $20::bytea[]) AS p(ns, rid, data)
+		WHERE EXISTS (SELECT 1 FROM up)
+			AND EXISTS (SELECT 1 FROM runs r WHERE r.namespace = p.ns AND r.run_id = p.rid AND r.status = 'running'))
 	SELECT count(*) FROM up`
 
 func queueInsertRun(b *pgx.Batch, w store.InsertRun) {
@@ -62,13 +72,11 @@ func queueInsertRun(b *pgx.Batch, w store.InsertRun) {
 	b.Queue(insertRunSQL, r.Namespace, r.RunID, r.WorkflowID, r.WorkflowType, r.TaskQueue, r.BuildID,
 		r.Fingerprint, r.ParentWorkflowID, r.ParentRunID, r.ParentStep, r.NextRunID,
 		store.UnixNanos(r.StartedAt), store.UnixNanos(r.ClosedAt), r.TaskFailure, seqs,
-		store.EncodeFailure(r.Failure), r.Result, r.Input, data)
+		store.EncodeFailure(r.Failure), r.Result, r.Input, data, int64(w.Owner))
 }
 
-// queueAppendEvents queues w. No store call sets a run's owner: claiming
-// runs is not part of this store yet, so every run has owner 0 and an owned
-// write applies to any open run. Once claims set owners, an owned write
-// applies only to its server's runs and to unowned ones.
+// queueAppendEvents queues w: an owned write applies only to a run its
+// server holds.
 func queueAppendEvents(b *pgx.Batch, w store.AppendEvents) {
 	u := w.Update
 	setFailure, taskFailure := u.TaskFailure != nil, ""
@@ -76,9 +84,48 @@ func queueAppendEvents(b *pgx.Batch, w store.AppendEvents) {
 		taskFailure = *u.TaskFailure
 	}
 	seqs, data := store.EventColumns(w.Events)
+	postNS, postRun, postData := postColumns(w.Post)
 	b.Queue(appendEventsSQL, w.Namespace, w.RunID, w.After, w.After+int64(len(w.Events)),
 		u.BuildID, setFailure, taskFailure, u.Status.Closed(), string(u.Status), u.Result, store.EncodeFailure(u.Failure),
-		u.NextRunID, store.UnixNanos(u.ClosedAt), int64(w.Owner), seqs, data)
+		u.NextRunID, store.UnixNanos(u.ClosedAt), int64(w.Owner), seqs, data,
+		nonNilIDs(w.Consume), postNS, postRun, postData)
+}
+
+// postRunEventSQL puts an event in an open run's inbox; it returns how many
+// it put (0 when the run is not open).
+const postRunEventSQL = `WITH ins AS (
+		INSERT INTO run_inbox (namespace, run_id, data)
+		SELECT $1::text, $2::text, $3::bytea
+		WHERE EXISTS (SELECT 1 FROM runs WHERE namespace = $1::text AND run_id = $2::text AND status = 'running')
+		RETURNING 1)
+	SELECT count(*) FROM ins`
+
+// postStepCloseSQL puts a step activity's close in its run's inbox when
+// the activity is closed ($4 its id): queued after the activity's own
+// write, so a write that did not close it posts nothing.
+const postStepCloseSQL = `INSERT INTO run_inbox (namespace, run_id, data)
+	SELECT $1::text, $2::text, $3::bytea
+	WHERE EXISTS (SELECT 1 FROM runs WHERE namespace = $1::text AND run_id = $2::text AND status = 'running')
+		AND EXISTS (SELECT 1 FROM activities WHERE namespace = $1::text AND id = $4::text
+			AND state IN ('completed', 'failed', 'canceled', 'timed_out'))`
+
+func nonNilIDs(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+// postColumns splits run events into the arrays a statement binds.
+func postColumns(evs []store.RunEvent) (ns, run []string, data [][]byte) {
+	ns, run, data = make([]string, len(evs)), make([]string, len(evs)), make([][]byte, len(evs))
+	for i, e := range evs {
+		ns[i], run[i], data[i] = e.Namespace, e.RunID, e.Data
+		if data[i] == nil {
+			data[i] = []byte{}
+		}
+	}
+	return ns, run, data
 }
 
 // GetRun implements store.WorkflowStore.

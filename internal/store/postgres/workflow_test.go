@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// An owned append applies only to a run that server owns or that nobody
-// owns; an unowned one applies whoever owns the run; closing the run
-// leaves it without an owner. No store call sets an owner yet, so the test
-// sets it in the database.
-func TestOwnedAppendsApplyOnlyForTheOwnerOrAnUnownedRun(t *testing.T) {
+// An owned append applies only to a run that server holds; an unowned one
+// applies whoever holds the run; closing the run leaves it without an
+// owner. The test sets the owner in the database; ClaimRuns is covered by
+// the cluster conformance suite.
+func TestOwnedAppendsApplyOnlyForTheOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := freshDatabase(t)
@@ -44,7 +44,7 @@ func TestOwnedAppendsApplyOnlyForTheOwnerOrAnUnownedRun(t *testing.T) {
 		{"an unowned write on an owned run", store.AppendEvents{Namespace: "ns", RunID: "owned", After: 1, Events: ev(2)}, true},
 		{"the owner closing", store.AppendEvents{Namespace: "ns", RunID: "owned", After: 2, Events: ev(3), Owner: 5,
 			Update: store.RunUpdate{Status: store.RunCompleted}}, true},
-		{"any server on an unowned run", store.AppendEvents{Namespace: "ns", RunID: "free", After: 0, Events: ev(1), Owner: 6}, true},
+		{"a server on a run nobody holds", store.AppendEvents{Namespace: "ns", RunID: "free", After: 0, Events: ev(1), Owner: 6}, false},
 	}
 	for _, st := range steps {
 		got, err := s.Apply(ctx, []store.Write{st.w})

@@ -68,6 +68,9 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		if err := store.ValidateWrite(w); err != nil {
 			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
 		}
+		if err := store.CheckAlone(w); err != nil {
+			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
+		}
 	}
 	changed := make([]bool, len(writes))
 	var nChanged, nInserted int

@@ -53,6 +53,11 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"MessagesReachOnlyTheirServerOnce", testMessages},
 		{"NoticesReachEveryListener", testNotices},
 		{"CanceledContextChangesNothing", testClusterCanceledContext},
+		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
+		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
+		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
+		{"StepClosePostsWithTheActivity", testStepClosePostsWithTheActivity},
+		{"ReapReleasesTheRunsOfAnExpiredServer", testReapReleasesRuns},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
