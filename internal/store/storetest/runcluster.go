@@ -205,7 +205,7 @@ func testStepClosePostsWithTheActivity(t *testing.T, c *clusterCase) {
 		}
 		return store.EndAttempt{Namespace: "ns", ID: id, Owner: owner, State: state, ClosedAt: time.Now(),
 			Attempt: &store.Attempt{Number: at.Attempt, WorkerID: 1, StartedAt: time.Now(), EndedAt: time.Now(), Outcome: store.OutcomeCompleted},
-			Post: &store.RunEvent{Namespace: "ns", RunID: "run", Data: []byte("closed " + id)}}
+			Post:    &store.RunEvent{Namespace: "ns", RunID: "run", Data: []byte("closed " + id)}}
 	}
 	// A write by a server that does not own the activity posts nothing;
 	// the owner's closing write posts in the same transaction.
