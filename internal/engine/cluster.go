@@ -134,7 +134,13 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 			e.claims.dirty[t] = struct{}{}
 		}
 	}
+	if triples == nil {
+		e.markAllRunClaimsLocked()
+	}
 	for _, t := range triples {
+		if e.runNoticeLocked([3]string{t.Pool.Namespace, t.Pool.TaskQueue, t.ActivityType}) {
+			continue
+		}
 		delete(e.claims.empty, t)
 		delete(e.claims.graced, t)
 		e.claims.dirty[t] = struct{}{}
@@ -628,6 +634,7 @@ func (e *Engine) expireWaiting() {
 			e.obs.Closed(a.Namespace, a.State)
 		}
 		e.mu.Unlock()
+		e.postStepClosed(closed)
 		if len(closed) < 500 {
 			return
 		}
@@ -682,6 +689,9 @@ func (e *Engine) cancelInStore(ctx context.Context, ns, id, reason string) error
 		e.mu.Lock()
 		e.obs.Closed(ns, store.StateCanceled)
 		e.mu.Unlock()
+		if a, err := e.st.GetActivity(ctx, ns, id); err == nil {
+			e.postStepClosed([]store.Activity{a})
+		}
 	case store.CancelForwarded:
 		if owner == e.cl.Self {
 			e.CancelOwned(ns, id, reason)

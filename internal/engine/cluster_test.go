@@ -96,8 +96,9 @@ func failedClaimsPause(t *testing.T, dsn string) {
 		defer b.eng.mu.Unlock()
 		return b.eng.claims.failures
 	}
-	// The chores' poll ticker is always set; a second waiter is the pause.
-	const pausing = 2
+	// The poll tickers of the chores and of the run claims are always set;
+	// a third waiter is the pause.
+	const pausing = 3
 	if err := b.clk.BlockUntil(ctx, pausing); err != nil {
 		t.Fatalf("no pause after a failed claim: %v", err)
 	}

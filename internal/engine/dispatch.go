@@ -266,6 +266,14 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 	}
 	if s := a.step; s != nil {
 		task.WorkflowID, task.RunID, task.Step = s.workflowID, s.run.id, s.n
+	} else if e.cl != nil {
+		// A claimed step activity: its id names its run and step; the
+		// workflow id is known when this server holds the run.
+		if runID, n, ok := stepOfActivity(k.id); ok {
+			if r := e.runs[runKey{k.ns, runID}]; r != nil {
+				task.WorkflowID, task.RunID, task.Step = r.rec.WorkflowID, runID, n
+			}
+		}
 	}
 	a.unsent = a.rec.Payload == nil && a.size > 0
 	if a.unsent {

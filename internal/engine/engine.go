@@ -214,6 +214,8 @@ type Engine struct {
 	wfInflight map[registry.WorkerID]map[runKey]*wfRun
 	obsWF      WorkflowObserver
 	queryN     uint64
+	// rc is the cluster state of runs; unused alone.
+	rc *runClaims
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
 	closed    bool
@@ -304,6 +306,7 @@ func New(cfg Config) *Engine {
 		wfQueues:        make(map[registry.Triple]*wfQueue),
 		wfInflight:      make(map[registry.WorkerID]map[runKey]*wfRun),
 		obsWF:           cfg.WorkflowObserver,
+		rc:              newRunClaims(),
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}

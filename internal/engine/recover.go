@@ -35,10 +35,11 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 	}
 	if e.cl != nil {
 		// Open work stays in the store, where claims find it.
-		e.done.Add(3)
+		e.done.Add(4)
 		go e.runTimers()
 		go e.runClaims()
 		go e.runChores()
+		go e.runRunClaims()
 		e.NewWork(nil)
 		return 0, nil
 	}

@@ -30,6 +30,12 @@ func (e *Engine) WorkerJoined(w *registry.Worker) {
 	defer e.mu.Unlock()
 	e.dispatchWorkerLocked(w)
 	e.dispatchWorkflowWorkerLocked(w)
+	if e.cl != nil {
+		w.WorkflowTriples(func(t registry.Triple) {
+			e.rc.dirty[store.RunClaim{Namespace: t.Pool.Namespace, TaskQueue: t.Pool.TaskQueue, WorkflowType: t.ActivityType}] = struct{}{}
+		})
+		e.rc.wake()
+	}
 }
 
 // WorkerLeft fails every attempt in flight on a departed worker as retryable
@@ -297,7 +303,12 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 	}
 	if terminal {
 		e.obs.Closed(ns, end.State)
-		if a.step != nil {
+		switch {
+		case e.cl != nil:
+			// The run may be held by any server: its close goes to the
+			// run's inbox in the same transaction.
+			end.Post = stepClosePost(&a.rec, end)
+		case a.step != nil:
 			e.stepActivityClosedLocked(a, end)
 		}
 	}

@@ -119,7 +119,7 @@ func (e *Engine) adoptStepActivity(a *activity) {
 			a.rec = rec
 			e.stepActivityClosedLocked(a, store.EndAttempt{State: rec.State, Result: rec.Result, ActivityFailure: rec.Failure})
 		default:
-			if o := e.open[k]; o != nil {
+			if o := e.open[k]; o != nil && e.cl == nil {
 				o.step = a.step
 			}
 		}
@@ -135,9 +135,13 @@ func (e *Engine) QueryWorkflow(ctx context.Context, caller namespace.Identity, n
 	if len(input) > e.maxPayload {
 		return nil, fmt.Errorf("query: input: %d bytes, at most %d allowed: %w", len(input), e.maxPayload, ErrResourceExhausted)
 	}
-	r, err := e.openRun(ctx, caller, "query", ns, workflowID, runID)
+	r, rec, err := e.openRun(ctx, caller, "query", ns, workflowID, runID)
 	if err != nil {
 		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("query: run %s of workflow %q is held by another server of the cluster; ask that server: %w",
+			rec.RunID, rec.WorkflowID, ErrUnavailable)
 	}
 	e.mu.Lock()
 	if r.closing || e.runs[r.key()] != r {
@@ -255,10 +259,13 @@ func (e *Engine) loadRunRecord(ctx context.Context, rec store.Run) error {
 		case aionv1.StepKind_STEP_KIND_TIMER:
 			e.armStepTimerLocked(r, s.n, s.timerAt)
 		case aionv1.StepKind_STEP_KIND_ACTIVITY:
-			if a := e.open[s.activity]; a != nil {
+			if a := e.open[s.activity]; a != nil && e.cl == nil {
 				a.step = r.stepRef(s.n)
 				continue
 			}
+			// In a cluster the activity lives in the store: inserting it
+			// again is a no-op that reads its state, and a closed one
+			// reports its outcome.
 			e.restoreStepActivityLocked(r, s, now)
 		}
 	}

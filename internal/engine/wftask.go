@@ -11,6 +11,7 @@ import (
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -495,6 +496,8 @@ func (e *Engine) applyCommandLocked(r *wfRun, c *aionv1.WorkflowCommand, now tim
 				if a.creating == nil {
 					e.closeLocked(a, store.StateCanceled, &store.Failure{Type: FailureCanceled, Message: "canceled by its workflow"}, now)
 				}
+			} else if a == nil && e.cl != nil {
+				e.cancelStepElsewhereLocked(s.activity, "canceled by its workflow")
 			}
 		}
 		return seq
@@ -509,7 +512,7 @@ func (e *Engine) applyCommandLocked(r *wfRun, c *aionv1.WorkflowCommand, now tim
 // step ran before a crash cut its event short) reports its outcome instead.
 func (e *Engine) startStepActivityLocked(r *wfRun, s *wfStep, req Request, now time.Time) {
 	k := key{req.Namespace, req.ID}
-	if a := e.open[k]; a != nil {
+	if a := e.open[k]; a != nil && e.cl == nil {
 		a.step = r.stepRef(s.n)
 		return
 	}
@@ -547,7 +550,7 @@ func (e *Engine) insertStepActivityLocked(a *activity) {
 			e.adoptStepActivity(a)
 		default:
 			e.obs.Scheduled(k.ns)
-			if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
+			if t := a.rec.Timeouts.ScheduleToClose; t > 0 && e.cl == nil {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
 			}
 			e.readyLocked(a, e.now())
@@ -689,6 +692,13 @@ func (e *Engine) closeRunLocked(r *wfRun, now time.Time, c *aionv1.CloseWorkflow
 	}
 	if p := e.runs[runKey{r.rec.Namespace, r.rec.ParentRunID}]; p != nil && next == nil {
 		e.childClosedLocked(p, r, now)
+	} else if r.rec.ParentRunID != "" && next == nil && e.cl != nil {
+		// The parent is held elsewhere: its inbox hears of the close, in
+		// the same write as the close.
+		cc := &aionv1.ChildClosed{Step: r.rec.ParentStep, Status: runStatusProto(status), Result: c.GetResult(), Failure: c.GetFailure()}
+		if data, err := proto.Marshal(&aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_ChildClosed{ChildClosed: cc}}); err == nil {
+			r.post = append(r.post, store.RunEvent{Namespace: r.rec.Namespace, RunID: r.rec.ParentRunID, Data: data})
+		}
 	}
 	e.flushLocked(r)
 	return seq

@@ -122,6 +122,12 @@ type wfRun struct {
 	failures int
 	retryAt  time.Time
 
+	// Cluster mode: inbox events being applied (inboxSeen), to consume with
+	// the next append (consume), and events to post to other runs with it.
+	inboxSeen map[int64]struct{}
+	consume   []int64
+	post      []store.RunEvent
+
 	steps           map[int64]*wfStep
 	cancelRequested bool
 	closing         bool
@@ -207,9 +213,6 @@ func (e *Engine) StartWorkflow(ctx context.Context, caller namespace.Identity, r
 	}
 	if err := namespace.Authorize(caller, r.Namespace); err != nil {
 		return store.Run{}, false, fmt.Errorf("start workflow: %w", err)
-	}
-	if e.cl != nil {
-		return store.Run{}, false, fmt.Errorf("start workflow: workflows are not served in cluster mode yet: %w", ErrFailedPrecondition)
 	}
 	if err := e.ensureNamespace(ctx, r.Namespace); err != nil {
 		return store.Run{}, false, fmt.Errorf("start workflow: %w", err)
@@ -319,10 +322,19 @@ func (e *Engine) insertRunLocked(rec store.Run, started *aionv1.WorkflowStarted,
 		panic(fmt.Sprintf("encode history event: %v", err)) // only invalid UTF-8 could fail, and names are checked
 	}
 	rec.HistoryLength = 1
+	var owner store.ServerID
+	held := true
+	if e.cl != nil {
+		// Held here when a local worker serves the type; otherwise a
+		// server whose workers do claims it.
+		if held = e.servesWorkflowLocked(rec.Namespace, rec.TaskQueue, rec.WorkflowType); held {
+			owner = e.cl.Self
+		}
+	}
 	run := &wfRun{rec: rec, events: []*aionv1.HistoryEvent{ev}, durable: 1, lastNonCmd: 1, creating: make(chan struct{}), steps: make(map[int64]*wfStep)}
 	e.runs[run.key()] = run
 	e.openWF[wfKey{rec.Namespace, rec.WorkflowID}] = run
-	e.commit.Submit(store.InsertRun{Run: rec, Events: []store.Event{{Seq: 1, Data: data}}}, func(ok bool, err error) {
+	e.commit.Submit(store.InsertRun{Run: rec, Events: []store.Event{{Seq: 1, Data: data}}, Owner: owner}, func(ok bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		creating := run.creating
@@ -338,6 +350,10 @@ func (e *Engine) insertRunLocked(rec store.Run, started *aionv1.WorkflowStarted,
 		}
 		e.obsWF.RunStarted(rec.Namespace)
 		created(nil)
+		if !held {
+			e.dropRunLocked(run)
+			return
+		}
 		e.needTaskLocked(run)
 	})
 	return run
@@ -388,7 +404,7 @@ func (e *Engine) flushLocked(r *wfRun) {
 		return
 	}
 	pending := r.events[r.durable:]
-	if len(pending) == 0 && len(r.extra) == 0 && !r.updating {
+	if len(pending) == 0 && len(r.extra) == 0 && !r.updating && len(r.consume) == 0 && len(r.post) == 0 {
 		return
 	}
 	evs := make([]store.Event, len(pending))
@@ -399,10 +415,14 @@ func (e *Engine) flushLocked(r *wfRun) {
 		}
 		evs[i] = store.Event{Seq: ev.Seq, Data: data}
 	}
-	w := store.AppendEvents{Namespace: r.rec.Namespace, RunID: r.rec.RunID, After: r.durable, Events: evs, Update: r.update}
+	w := store.AppendEvents{Namespace: r.rec.Namespace, RunID: r.rec.RunID, After: r.durable, Events: evs, Update: r.update,
+		Consume: r.consume, Post: r.post}
+	if e.cl != nil {
+		w.Owner = e.cl.Self
+	}
 	extra := r.extra
 	upto := r.length()
-	r.writing, r.extra, r.update, r.updating = true, nil, store.RunUpdate{}, false
+	r.writing, r.extra, r.update, r.updating, r.consume, r.post = true, nil, store.RunUpdate{}, false, nil, nil
 	e.commit.Submit(w, func(ok bool, err error) {
 		if err == nil && !ok {
 			err = fmt.Errorf("append to run %s: the store's history is not %d events long, or the run is closed", r.rec.RunID, w.After)
@@ -458,7 +478,9 @@ func (e *Engine) reloadRunLocked(r *wfRun) {
 	}
 	e.releaseTaskLocked(r)
 	e.dropRunLocked(r)
-	if e.closed {
+	if e.closed || e.cl != nil {
+		// In a cluster the store holds the run's state and, when this
+		// server lost it, another server holds it: claims bring it back.
 		return
 	}
 	k := r.key()
@@ -542,21 +564,26 @@ func checkRunRef(ns, workflowID, runID string) error {
 }
 
 // openRun finds the open run named, for an operation that changes it.
-func (e *Engine) openRun(ctx context.Context, caller namespace.Identity, op, ns, workflowID, runID string) (*wfRun, error) {
+// It returns the run held in memory, or, in a cluster, a nil run and the
+// record of an open run another server holds (or none does yet).
+func (e *Engine) openRun(ctx context.Context, caller namespace.Identity, op, ns, workflowID, runID string) (*wfRun, store.Run, error) {
 	if err := checkRunRef(ns, workflowID, runID); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, store.Run{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := namespace.Authorize(caller, ns); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, store.Run{}, fmt.Errorf("%s: %w", op, err)
 	}
 	rec, r, err := e.lookupRun(ctx, ns, workflowID, runID)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, store.Run{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if r == nil || rec.Status.Closed() {
-		return nil, fmt.Errorf("%s: run %s of workflow %q is %s: %w", op, rec.RunID, rec.WorkflowID, rec.Status, ErrFailedPrecondition)
+	switch {
+	case rec.Status.Closed():
+		return nil, store.Run{}, fmt.Errorf("%s: run %s of workflow %q is %s: %w", op, rec.RunID, rec.WorkflowID, rec.Status, ErrFailedPrecondition)
+	case r == nil && e.cl == nil:
+		return nil, store.Run{}, fmt.Errorf("%s: run %s of workflow %q is being read back from the store; try again: %w", op, rec.RunID, rec.WorkflowID, ErrUnavailable)
 	}
-	return r, nil
+	return r, rec, nil
 }
 
 // SignalWorkflow appends a named signal to the open run's history and
@@ -568,9 +595,15 @@ func (e *Engine) SignalWorkflow(ctx context.Context, caller namespace.Identity, 
 	if len(input) > e.maxPayload {
 		return 0, fmt.Errorf("signal: input: %d bytes, at most %d allowed: %w", len(input), e.maxPayload, ErrResourceExhausted)
 	}
-	r, err := e.openRun(ctx, caller, "signal", ns, workflowID, runID)
+	r, rec, err := e.openRun(ctx, caller, "signal", ns, workflowID, runID)
 	if err != nil {
 		return 0, err
+	}
+	sig := &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_SignalReceived{SignalReceived: &aionv1.SignalReceived{Name: signal, Input: input}}}
+	if r == nil {
+		// Held by another server: its inbox takes the signal durably; its
+		// seq is known only once the holder appends it.
+		return 0, e.postToRun(ctx, "signal", rec, sig)
 	}
 	done := make(chan error, 1)
 	e.mu.Lock()
@@ -578,8 +611,7 @@ func (e *Engine) SignalWorkflow(ctx context.Context, caller namespace.Identity, 
 		e.mu.Unlock()
 		return 0, fmt.Errorf("signal: run %s of workflow %q closed: %w", r.rec.RunID, r.rec.WorkflowID, ErrFailedPrecondition)
 	}
-	seq := e.appendLocked(r, e.now().UTC(), &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_SignalReceived{
-		SignalReceived: &aionv1.SignalReceived{Name: signal, Input: input}}})
+	seq := e.appendLocked(r, e.now().UTC(), sig)
 	e.flushLocked(r)
 	e.afterFlushLocked(r, seq, func(err error) { done <- err })
 	e.needTaskLocked(r)
@@ -598,9 +630,13 @@ func (e *Engine) SignalWorkflow(ctx context.Context, caller namespace.Identity, 
 // CancelWorkflow records a cancel request in the open run's history, cancels
 // its running activities and children, and lets the code clean up.
 func (e *Engine) CancelWorkflow(ctx context.Context, caller namespace.Identity, ns, workflowID, runID, reason string) (store.Run, error) {
-	r, err := e.openRun(ctx, caller, "cancel workflow", ns, workflowID, runID)
+	r, rec, err := e.openRun(ctx, caller, "cancel workflow", ns, workflowID, runID)
 	if err != nil {
 		return store.Run{}, err
+	}
+	if r == nil {
+		ev := &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_CancelRequested{CancelRequested: &aionv1.CancelRequested{Reason: reason}}}
+		return rec, e.postToRun(ctx, "cancel workflow", rec, ev)
 	}
 	done := make(chan error, 1)
 	e.mu.Lock()
@@ -649,10 +685,14 @@ func (e *Engine) cancelStepsLocked(r *wfRun, reason string) {
 			if a := e.open[s.activity]; a != nil && !a.closing && a.creating == nil {
 				e.unqueueLocked(a)
 				e.closeLocked(a, store.StateCanceled, &store.Failure{Type: FailureCanceled, Message: reason}, now)
+			} else if a == nil && e.cl != nil {
+				e.cancelStepElsewhereLocked(s.activity, reason)
 			}
 		case aionv1.StepKind_STEP_KIND_CHILD:
 			if c := e.runs[s.child]; c != nil && !c.closing && c.creating == nil {
 				e.cancelRunLocked(c, reason)
+			} else if c == nil && e.cl != nil {
+				e.cancelChildElsewhereLocked(s.child, reason)
 			}
 		}
 	}
@@ -661,9 +701,18 @@ func (e *Engine) cancelStepsLocked(r *wfRun, reason string) {
 // TerminateWorkflow closes the open run at once without running its code;
 // its running activities and children are canceled.
 func (e *Engine) TerminateWorkflow(ctx context.Context, caller namespace.Identity, ns, workflowID, runID, reason string) (store.Run, error) {
-	r, err := e.openRun(ctx, caller, "terminate workflow", ns, workflowID, runID)
+	r, rec, err := e.openRun(ctx, caller, "terminate workflow", ns, workflowID, runID)
 	if err != nil {
 		return store.Run{}, err
+	}
+	f := &store.Failure{Type: FailureTerminated, Message: "terminated: " + reason}
+	if r == nil {
+		ev := &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_WorkflowClosed{WorkflowClosed: &aionv1.WorkflowClosed{
+			Status: aionv1.RunStatus_RUN_STATUS_TERMINATED, Failure: failureProto(f)}}}
+		if err := e.postToRun(ctx, "terminate workflow", rec, ev); err != nil {
+			return store.Run{}, err
+		}
+		return e.WaitWorkflow(ctx, namespace.Anyone("terminate"), ns, "", rec.RunID)
 	}
 	e.mu.Lock()
 	if r.closing || e.runs[r.key()] != r {
@@ -672,7 +721,6 @@ func (e *Engine) TerminateWorkflow(ctx context.Context, caller namespace.Identit
 	}
 	ch := make(chan struct{})
 	r.waiters = append(r.waiters, ch)
-	f := &store.Failure{Type: FailureTerminated, Message: "terminated: " + reason}
 	e.closeRunLocked(r, e.now().UTC(), &aionv1.CloseWorkflowCommand{Status: aionv1.RunStatus_RUN_STATUS_TERMINATED, Failure: failureProto(f)})
 	e.mu.Unlock()
 	select {
@@ -680,7 +728,7 @@ func (e *Engine) TerminateWorkflow(ctx context.Context, caller namespace.Identit
 	case <-ctx.Done():
 		return store.Run{}, fmt.Errorf("terminate workflow: %w", ctx.Err())
 	}
-	rec, _, err := e.lookupRun(ctx, ns, "", r.rec.RunID)
+	rec, _, err = e.lookupRun(ctx, ns, "", r.rec.RunID)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("terminate workflow: %w", err)
 	}
@@ -756,6 +804,7 @@ func (e *Engine) WaitWorkflow(ctx context.Context, caller namespace.Identity, ns
 		return store.Run{}, fmt.Errorf("wait workflow: %w", err)
 	}
 	follow := runID == ""
+	pause := 10 * time.Millisecond
 	for {
 		rec, r, err := e.lookupRun(ctx, ns, workflowID, runID)
 		if err != nil {
@@ -768,10 +817,12 @@ func (e *Engine) WaitWorkflow(ctx context.Context, caller namespace.Identity, ns
 			case rec.Status.Closed():
 				return rec, nil
 			default:
-				// Open in the store, not in memory: being reloaded. Look again soon.
-				if err := clock.Sleep(ctx, e.clock, 10*time.Millisecond); err != nil {
+				// Open in the store, not in memory: held by another server
+				// of a cluster, or being read back. Look again soon.
+				if err := clock.Sleep(ctx, e.clock, pause); err != nil {
 					return store.Run{}, fmt.Errorf("wait workflow: %w", err)
 				}
+				pause = min(2*pause, 500*time.Millisecond)
 			}
 			continue
 		}

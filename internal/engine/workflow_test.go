@@ -10,6 +10,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -620,5 +621,95 @@ func TestChildAndContinueAsNew(t *testing.T) {
 	old, err := b.eng.GetWorkflow(context.Background(), anyone, "ns", "agent", first.RunID)
 	if err != nil || old.Run.Status != store.RunContinuedAsNew || old.Run.NextRunID != next.GetRunId() {
 		t.Fatalf("first run: %+v %v", old.Run, err)
+	}
+}
+
+// In a cluster a run started on a server without workflow workers is held
+// by the server whose workers serve it; signals and cancels sent through
+// the first reach it through the run's inbox, and only the holder appends.
+func TestWorkflowRunsAcrossTwoServers(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Fresh(t, 0)
+	front, _ := setupCluster(t, dsn, "front")
+	back, _ := setupCluster(t, dsn, "back")
+	fw := back.joinWorkflows("v1", 10, "order")
+	ctx := context.Background()
+	// The poll of the back server claims runs and reads inboxes; no
+	// notices flow between these engines, so the test polls.
+	poll := func() { back.clk.Advance(time.Second) }
+
+	run := front.startWF("o-1", "order", `1`)
+	poll()
+	t1 := fw.next()
+	if t1.GetRunId() != run.RunID || t1.GetFirstSeq() != 1 {
+		t.Fatalf("first task: %+v", t1)
+	}
+	fw.mustAnswer(t1, true, scheduleActivity(1, "t", `"reserve"`))
+	a := fw.activity()
+	if a.RunID != run.RunID || a.Step != 1 {
+		t.Fatalf("step activity: %+v", a)
+	}
+	fw.completeActivity(a, `"reserved"`)
+	poll()
+	t2 := fw.next()
+	if got := kinds(t2.GetEvents()); got[len(got)-1] != "ActivityClosed#1" {
+		t.Fatalf("second task ends with %v, want the step's close from the inbox", got)
+	}
+	fw.mustAnswer(t2, true, startTimer(2, time.Hour))
+
+	// A signal through the front server is durable at once and reaches the
+	// code through the holder.
+	if _, err := front.eng.SignalWorkflow(ctx, anyone, "ns", "o-1", "", "ship", []byte(`"1Z"`)); err != nil {
+		t.Fatalf("signal through the front server: %v", err)
+	}
+	poll()
+	t3 := fw.next()
+	if got := kinds(t3.GetEvents()); got[len(got)-1] != "SignalReceived:ship" {
+		t.Fatalf("task after the signal ends with %v", got)
+	}
+	fw.mustAnswer(t3, true, scheduleActivity(3, "t", `"ship"`))
+	fw.completeActivity(fw.activity(), `"shipped"`)
+	poll()
+	fw.mustAnswer(fw.next(), true, complete(`"done"`))
+	if got := back.waitWF("o-1"); got.Status != store.RunCompleted || string(got.Result) != `"done"` {
+		t.Fatalf("run: %+v", got)
+	}
+	v, err := front.eng.GetWorkflow(ctx, anyone, "ns", "o-1", "")
+	if err != nil || v.Run.Status != store.RunCompleted || v.Run.BuildID != "v1" {
+		t.Fatalf("run seen from the front server: %+v %v", v.Run, err)
+	}
+	if _, err := front.eng.SignalWorkflow(ctx, anyone, "ns", "o-1", "", "late", nil); !errors.Is(err, ErrFailedPrecondition) {
+		t.Fatalf("signal to the closed run: %v, want ErrFailedPrecondition", err)
+	}
+
+	// A cancel through the front server cancels the running step and
+	// reaches the code.
+	front.startWF("o-2", "order", `2`)
+	poll()
+	fw.mustAnswer(fw.next(), true, scheduleActivity(1, "t", `"block"`))
+	blocked := fw.activity()
+	if _, err := front.eng.CancelWorkflow(ctx, anyone, "ns", "o-2", "", "stop"); err != nil {
+		t.Fatalf("cancel through the front server: %v", err)
+	}
+	poll()
+	if c := recv(t, fw.conn.cancels, "cancel of the step"); c.id != blocked.ActivityID {
+		t.Fatalf("cancel for %s, want %s", c.id, blocked.ActivityID)
+	}
+	acks := make(chan string, 1)
+	back.eng.Complete(fw.w, "ns", blocked.ActivityID, blocked.Attempt, Outcome{Canceled: true}, func(r string) { acks <- r })
+	recv(t, acks, "ack of the canceled attempt")
+	var seen []string // a sticky worker gets each event once
+	for {
+		poll()
+		task := fw.next()
+		seen = append(seen, kinds(task.GetEvents())...)
+		if slices.Contains(seen, "CancelRequested") && slices.Contains(seen, "ActivityClosed#1") {
+			fw.mustAnswer(task, true, closeRun(aionv1.RunStatus_RUN_STATUS_CANCELED, "canceled"))
+			break
+		}
+		fw.mustAnswer(task, true)
+	}
+	if got := back.waitWF("o-2"); got.Status != store.RunCanceled {
+		t.Fatalf("canceled run: %+v", got)
 	}
 }
