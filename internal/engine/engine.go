@@ -89,6 +89,11 @@ type Config struct {
 	Observer Observer
 	// WorkflowObserver is told about workflow steps, for metrics; nil for none.
 	WorkflowObserver WorkflowObserver
+	// RunChanges, when set, is told of every run whose start or close has
+	// become durable, in that order per run, for the event stream. It runs
+	// under the engine lock: it must be quick, must not block and must not
+	// call back into the engine.
+	RunChanges func(RunChange)
 	// MaxPendingPerNamespace caps the activities of one namespace that are
 	// not closed yet; Schedule past it fails with ErrResourceExhausted. 0
 	// means no cap.
@@ -213,6 +218,7 @@ type Engine struct {
 	wfQueues   map[registry.Triple]*wfQueue
 	wfInflight map[registry.WorkerID]map[runKey]*wfRun
 	obsWF      WorkflowObserver
+	runChanges func(RunChange)
 	queryN     uint64
 	// compactAt is the heap size at which stale timers are swept out next.
 	compactAt int
@@ -259,6 +265,9 @@ func New(cfg Config) *Engine {
 	if cfg.WorkflowObserver == nil {
 		cfg.WorkflowObserver = noWorkflowObserver{}
 	}
+	if cfg.RunChanges == nil {
+		cfg.RunChanges = func(RunChange) {}
+	}
 	var cl *ClusterConfig
 	if cfg.Cluster != nil {
 		c := *cfg.Cluster
@@ -304,6 +313,7 @@ func New(cfg Config) *Engine {
 		wfQueues:        make(map[registry.Triple]*wfQueue),
 		wfInflight:      make(map[registry.WorkerID]map[runKey]*wfRun),
 		obsWF:           cfg.WorkflowObserver,
+		runChanges:      cfg.RunChanges,
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}

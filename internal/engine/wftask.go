@@ -130,6 +130,7 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 	r.task++
 	r.taskWorker = w
 	r.taskSeen = r.length()
+	r.taskSent = e.now()
 	from := int64(1)
 	if r.sticky == w && r.stickySeen > 0 {
 		from = r.stickySeen + 1
@@ -226,6 +227,7 @@ func (e *Engine) CompleteWorkflowTask(w *registry.Worker, res *aionv1.WorkflowTa
 			res.GetTask(), res.GetRunId(), res.GetNamespace()))
 		return
 	}
+	e.obsWF.TaskLatency(r.rec.Namespace, e.now().Sub(r.taskSent))
 	e.answerQueriesLocked(r, res.GetQueryAnswers())
 	seen, queryOnly := r.taskSeen, r.taskQueryOnly
 	e.releaseTaskLocked(r)
