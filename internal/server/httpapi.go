@@ -276,7 +276,12 @@ var httpStatus = map[codes.Code]int{
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	st := status.Convert(toStatus(err))
+	// A status from a service method is used as it is: converting it
+	// again would prefix its message with "rpc error: code = ...".
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.Convert(toStatus(err))
+	}
 	code, ok := httpStatus[st.Code()]
 	if !ok {
 		code = http.StatusInternalServerError
