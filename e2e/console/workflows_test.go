@@ -178,6 +178,27 @@ func TestConsoleWorkflowsListRunsAndShowEachRunsTimeline(t *testing.T) {
 	}
 	p.screenshot("console-workflow-run.png")
 
+	// The open page follows the run: the activity completes, the code goes
+	// on waiting for the timer, and the timeline grows by those events.
+	if ack := w.Complete(charge, []byte(`{"charged":2}`)); ack.GetRefused() != "" {
+		t.Fatal(ack)
+	}
+	accepted(t, w.AnswerWorkflowTask(w.WorkflowTask()))
+	p.waitFor("order-1's timeline to grow", `document.querySelectorAll("#run-detail tr[data-seq]").length === 8`, 10*time.Second)
+	if got := must[[]string](p, `[...document.querySelectorAll("#run-detail tr[data-seq]")].map(r => r.dataset.seq + ":" + r.dataset.kind).slice(6)`); !slices.Equal(got,
+		[]string{"7:activity_closed", "8:workflow_task_completed"}) {
+		t.Errorf("order-1 timeline ends with %v", got)
+	}
+	if got := ev(3, "duration"); got == "pending" || got == "" {
+		t.Errorf("the completed activity's scheduled row says %q, want how long it took", got)
+	}
+	if got := ev(7, "summary"); !strings.Contains(got, "completed · 1 attempt") || !strings.Contains(got, `{"charged":2}`) {
+		t.Errorf("activity_closed summary = %q", got)
+	}
+	if got := must[[]string](p, `[...document.querySelectorAll("#run-detail tr[data-step]")].map(r => r.dataset.step)`); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("pending steps after the activity closed = %v, want the timer alone", got)
+	}
+
 	// order-0's page: the activity step's scheduled→closed duration, the
 	// close and the result.
 	openRun("order-0")
@@ -219,7 +240,7 @@ func TestConsoleWorkflowsListRunsAndShowEachRunsTimeline(t *testing.T) {
 
 	// A link to a run opens its page.
 	p.open("/?reload#wns=shop&workflow=order-1")
-	p.waitFor("order-1's page from a link", textOf("#run-detail h3")+`.includes("order-1")`+` && document.querySelectorAll("#run-detail tr[data-seq]").length === 6`, 15*time.Second)
+	p.waitFor("order-1's page from a link", textOf("#run-detail h3")+`.includes("order-1")`+` && document.querySelectorAll("#run-detail tr[data-seq]").length === 8`, 15*time.Second)
 
 	if errs := p.pageErrors(); len(errs) > 0 {
 		t.Errorf("page errors: %v", errs)

@@ -962,6 +962,8 @@ const wfs = {
   detailJSON: "",
   shown: null, // the open run as last read
   events: [], // the open run's history, oldest first
+  loading: false, // a loadRun is under way
+  again: false, // and another was asked for meanwhile
 };
 
 const runStatus = (r) => fmt.enumName(r.status, "RUN_STATUS_") || "running";
@@ -1176,7 +1178,26 @@ function runPath(d) {
   return `/api/v1/workflows/${encodeURIComponent(d.ns)}/${encodeURIComponent(d.id)}`;
 }
 
+// loadRun reads the open run and the events it has not shown yet. Loads
+// run one at a time (a refresh and a run event may ask at once): a load
+// asked for meanwhile runs once the current one ends.
 async function loadRun() {
+  if (wfs.loading) {
+    wfs.again = true;
+    return;
+  }
+  wfs.loading = true;
+  try {
+    do {
+      wfs.again = false;
+      await loadRunOnce();
+    } while (wfs.again && wfs.detail);
+  } finally {
+    wfs.loading = false;
+  }
+}
+
+async function loadRunOnce() {
   const d = wfs.detail;
   if (!d) return;
   const box = $("run-detail");
@@ -1220,8 +1241,10 @@ async function loadHistory(d) {
     if (wfs.events.length) q.set("page_token", String(wfs.events[wfs.events.length - 1].seq));
     const res = await api(`${runPath(d)}/history?${q}`);
     if (wfs.detail !== d) return;
-    wfs.events.push(...(res.events || []).slice(0, HISTORY_MAX - wfs.events.length));
-    if (!res.next_page_token) return;
+    const last = wfs.events.length ? Number(wfs.events[wfs.events.length - 1].seq) : 0;
+    const fresh = (res.events || []).filter((e) => Number(e.seq) > last);
+    wfs.events.push(...fresh.slice(0, HISTORY_MAX - wfs.events.length));
+    if (!res.next_page_token || !fresh.length) return;
   }
 }
 
