@@ -99,7 +99,7 @@ func New(backlog func() []Backlog) *Metrics {
 	m.wfCompleted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_tasks_completed_total",
 		Help: "Workflow tasks whose commands were accepted."}, []string{"namespace"})
 	m.wfFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_task_failures_total",
-		Help: "Workflow tasks that failed, by failure type: nondeterministic, workflow_task_timeout, bad_command, sticky_cache_miss, panic, other."},
+		Help: "Workflow tasks that failed, by failure type: nondeterministic, panic, sticky_cache_miss, workflow_task_timeout, bad_command, bad_history, workflow_type_not_registered, task_in_progress, workflow_task_failed, other."},
 		[]string{"namespace", "type"})
 	m.wfReplays = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_replays_total",
 		Help: "Workflow tasks that carried the whole history, so the code ran from the top: a run's first task, and every task a worker did not hold the run in memory for."},
@@ -192,10 +192,12 @@ func (w *Workflows) TaskStarted(ns string, replay bool, events int) {
 func (w *Workflows) TaskCompleted(ns string) { w.m.wfCompleted.WithLabelValues(ns).Inc() }
 
 // taskFailureTypes are the workflow task failure types counted by name:
-// the engine's own and the ones a worker SDK reports. A worker may give
-// any type, so the rest are counted as "other" to keep the label bounded.
+// the engine's own (workflow_task_timeout, bad_command) and those the Go
+// workflow SDK reports. A worker may give any type, so the rest are counted
+// as "other" to keep the label bounded.
 var taskFailureTypes = map[string]bool{
-	"nondeterministic": true, "sticky_cache_miss": true, "workflow_task_timeout": true, "bad_command": true, "panic": true,
+	"nondeterministic": true, "panic": true, "sticky_cache_miss": true, "workflow_task_timeout": true, "bad_command": true,
+	"bad_history": true, "workflow_type_not_registered": true, "task_in_progress": true, "workflow_task_failed": true,
 }
 
 // TaskFailed counts a failed workflow task by failure type.

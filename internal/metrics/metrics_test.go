@@ -57,6 +57,7 @@ func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
 	wf.TaskCompleted("a")
 	wf.TaskFailed("a", "nondeterministic")
 	wf.TaskFailed("a", "workflow_task_timeout")
+	wf.TaskFailed("a", "bad_history")
 	wf.TaskFailed("a", "whatever-a-worker-says")
 	wf.TaskFailed("a", "and-another")
 	wf.TaskLatency("a", 250*time.Millisecond)
@@ -75,6 +76,7 @@ func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
 		`aion_workflow_tasks_completed_total{namespace="a"}`:                            1,
 		`aion_workflow_task_failures_total{namespace="a",type="nondeterministic"}`:      1,
 		`aion_workflow_task_failures_total{namespace="a",type="workflow_task_timeout"}`: 1,
+		`aion_workflow_task_failures_total{namespace="a",type="bad_history"}`:           1,
 		`aion_workflow_task_failures_total{namespace="a",type="other"}`:                 2,
 		`aion_workflow_task_seconds_sum{namespace="a"}`:                                 0.25,
 		`aion_workflow_task_seconds_count{namespace="a"}`:                               1,
