@@ -89,6 +89,11 @@ type Config struct {
 	Observer Observer
 	// WorkflowObserver is told about workflow steps, for metrics; nil for none.
 	WorkflowObserver WorkflowObserver
+	// RunChanges, when set, is told of every run whose start or close has
+	// become durable, in that order per run, for the event stream. It runs
+	// under the engine lock: it must be quick, must not block and must not
+	// call back into the engine.
+	RunChanges func(RunChange)
 	// MaxPendingPerNamespace caps the activities of one namespace that are
 	// not closed yet; Schedule past it fails with ErrResourceExhausted. 0
 	// means no cap.
@@ -213,6 +218,7 @@ type Engine struct {
 	wfQueues   map[registry.Triple]*wfQueue
 	wfInflight map[registry.WorkerID]map[runKey]*wfRun
 	obsWF      WorkflowObserver
+	runChanges func(RunChange)
 	queryN     uint64
 	// rc is the cluster state of runs; unused alone.
 	rc *runClaims
@@ -261,6 +267,9 @@ func New(cfg Config) *Engine {
 	if cfg.WorkflowObserver == nil {
 		cfg.WorkflowObserver = noWorkflowObserver{}
 	}
+	if cfg.RunChanges == nil {
+		cfg.RunChanges = func(RunChange) {}
+	}
 	var cl *ClusterConfig
 	if cfg.Cluster != nil {
 		c := *cfg.Cluster
@@ -307,6 +316,7 @@ func New(cfg Config) *Engine {
 		wfInflight:      make(map[registry.WorkerID]map[runKey]*wfRun),
 		obsWF:           cfg.WorkflowObserver,
 		rc:              newRunClaims(),
+		runChanges:      cfg.RunChanges,
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}

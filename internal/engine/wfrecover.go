@@ -27,6 +27,27 @@ type WorkflowObserver interface {
 	TaskCompleted(namespace string)
 	// TaskFailed: a workflow task failed with the failure type.
 	TaskFailed(namespace, failureType string)
+	// TaskLatency: a worker's result for the run's current workflow task
+	// arrived, took after the task was sent (whatever its outcome).
+	TaskLatency(namespace string, took time.Duration)
+}
+
+// RunChange is a run whose start or close has become durable.
+type RunChange struct {
+	Namespace, WorkflowID, RunID, WorkflowType, TaskQueue string
+	// Status is RunRunning for a start, else how the run closed.
+	Status store.RunStatus
+	// At is when the run started, or closed.
+	At time.Time
+}
+
+func runChangeOf(r store.Run) RunChange {
+	at := r.StartedAt
+	if r.Status.Closed() {
+		at = r.ClosedAt
+	}
+	return RunChange{Namespace: r.Namespace, WorkflowID: r.WorkflowID, RunID: r.RunID, WorkflowType: r.WorkflowType,
+		TaskQueue: r.TaskQueue, Status: r.Status, At: at}
 }
 
 type noWorkflowObserver struct{}
@@ -36,6 +57,7 @@ func (noWorkflowObserver) RunClosed(string, store.RunStatus, int) {}
 func (noWorkflowObserver) TaskStarted(string, bool, int)          {}
 func (noWorkflowObserver) TaskCompleted(string)                   {}
 func (noWorkflowObserver) TaskFailed(string, string)              {}
+func (noWorkflowObserver) TaskLatency(string, time.Duration)      {}
 
 // armRunLocked arms a run timer of kind for task token task.
 func (e *Engine) armRunLocked(at time.Time, k runKey, task uint64, kind timerKind) {

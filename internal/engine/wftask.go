@@ -131,6 +131,7 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 	r.task++
 	r.taskWorker = w
 	r.taskSeen = r.length()
+	r.taskSent = e.now()
 	from := int64(1)
 	if r.sticky == w && r.stickySeen > 0 {
 		from = r.stickySeen + 1
@@ -227,6 +228,7 @@ func (e *Engine) CompleteWorkflowTask(w *registry.Worker, res *aionv1.WorkflowTa
 			res.GetTask(), res.GetRunId(), res.GetNamespace()))
 		return
 	}
+	e.obsWF.TaskLatency(r.rec.Namespace, e.now().Sub(r.taskSent))
 	e.answerQueriesLocked(r, res.GetQueryAnswers())
 	seen, queryOnly := r.taskSeen, r.taskQueryOnly
 	e.releaseTaskLocked(r)

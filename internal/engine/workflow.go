@@ -105,6 +105,8 @@ type wfRun struct {
 	task       uint64
 	taskWorker *registry.Worker
 	taskSeen   int64
+	// taskSent is when the running task was sent, for its latency.
+	taskSent time.Time
 	// taskQueryOnly: the running task only answers queries.
 	taskQueryOnly bool
 	// seen is the last seq the code has seen in a recorded round; events
@@ -349,6 +351,7 @@ func (e *Engine) insertRunLocked(rec store.Run, started *aionv1.WorkflowStarted,
 			return
 		}
 		e.obsWF.RunStarted(rec.Namespace)
+		e.runChanges(runChangeOf(rec))
 		created(nil)
 		if !held {
 			e.dropRunLocked(run)
@@ -504,6 +507,7 @@ func (e *Engine) reloadRunLocked(r *wfRun) {
 func (e *Engine) finishRunLocked(r *wfRun) {
 	e.releaseTaskLocked(r)
 	e.obsWF.RunClosed(r.rec.Namespace, r.rec.Status, len(r.events))
+	e.runChanges(runChangeOf(r.rec))
 	e.dropRunLocked(r)
 }
 

@@ -1,6 +1,7 @@
 // Package events is the cluster event bus: every topology change (a worker
-// connecting, draining or leaving, a namespace created, a placement changed)
-// and a periodic pool-stats sample becomes an Event with a sequence number.
+// connecting, draining or leaving, a namespace created, a placement changed),
+// a periodic pool-stats sample, and each workflow run starting or closing
+// becomes an Event with a sequence number.
 //
 // The bus keeps the topology those events describe, so a subscriber gets a
 // snapshot and the deltas after it from one lock: the snapshot as of sequence
@@ -59,7 +60,22 @@ const (
 	NamespaceCreated   Kind = "namespace_created"
 	PlacementChanged   Kind = "placement_changed"
 	PoolStatsUpdated   Kind = "pool_stats"
+	// RunStarted and RunClosed report a workflow run whose start or close
+	// is durable. They are news, not topology: a snapshot holds no runs.
+	RunStarted Kind = "run_started"
+	RunClosed  Kind = "run_closed"
 )
+
+// Run names a workflow run that started or closed.
+type Run struct {
+	Namespace    string `json:"namespace"`
+	WorkflowID   string `json:"workflow_id"`
+	RunID        string `json:"run_id"`
+	WorkflowType string `json:"workflow_type"`
+	TaskQueue    string `json:"task_queue"`
+	// Status is how the run closed; running for run_started.
+	Status store.RunStatus `json:"status"`
+}
 
 // Pool is a sample of one (namespace, task queue) pool.
 type Pool struct {
@@ -85,6 +101,8 @@ type Event struct {
 	// Namespace is set for namespace_created and placement_changed.
 	Namespace *store.Namespace `json:"namespace,omitempty"`
 	Pools     []Pool           `json:"pools,omitempty"`
+	// Run is set for run_started and run_closed.
+	Run *Run `json:"run,omitempty"`
 
 	// memo is shared by every copy of a published event.
 	memo *memo
@@ -236,6 +254,9 @@ func approxSize(e Event) int {
 	}
 	for _, p := range e.Pools {
 		n += 64 + len(p.Namespace) + len(p.TaskQueue)
+	}
+	if r := e.Run; r != nil {
+		n += 96 + len(r.Namespace) + len(r.WorkflowID) + len(r.RunID) + len(r.WorkflowType) + len(r.TaskQueue) + len(r.Status)
 	}
 	return 2 * n
 }

@@ -294,3 +294,35 @@ func TestMemoComputesOncePerEvent(t *testing.T) {
 		t.Fatalf("the encoding ran %d times for %d subscribers, want once", n, len(subs))
 	}
 }
+
+// Run starts and closes are numbered and delivered like topology events,
+// in order, and leave the topology (and so every snapshot) as it was.
+func TestRunEventsAreDeliveredInOrderAndLeaveTheTopologyAlone(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	b.Publish(connected(1))
+	before := b.Snapshot()
+	_, sub := b.Subscribe(16)
+	defer sub.Close()
+	run := func(kind events.Kind, id string, st store.RunStatus) events.Event {
+		return events.Event{Kind: kind, Run: &events.Run{Namespace: "ns", WorkflowID: id, RunID: "r-" + id, WorkflowType: "order", Status: st}}
+	}
+	b.Publish(run(events.RunStarted, "w1", store.RunRunning))
+	b.Publish(run(events.RunStarted, "w2", store.RunRunning))
+	b.Publish(run(events.RunClosed, "w1", store.RunCompleted))
+	for i, want := range []struct {
+		kind events.Kind
+		id   string
+		st   store.RunStatus
+	}{{events.RunStarted, "w1", store.RunRunning}, {events.RunStarted, "w2", store.RunRunning}, {events.RunClosed, "w1", store.RunCompleted}} {
+		e := next(t, sub)
+		if e.Seq != uint64(2+i) || e.Kind != want.kind || e.Run == nil || e.Run.WorkflowID != want.id || e.Run.Status != want.st {
+			t.Fatalf("event %d = seq %d %s %+v, want seq %d %s of %s %s", i, e.Seq, e.Kind, e.Run, 2+i, want.kind, want.id, want.st)
+		}
+	}
+	after := b.Snapshot()
+	if after.Seq != 4 || len(after.Workers) != 1 || after.Workers[0].ID != before.Workers[0].ID ||
+		len(after.Namespaces) != len(before.Namespaces) || len(after.Pools) != 0 {
+		t.Fatalf("snapshot after the run events = %+v, want the topology of %+v at seq 4", after, before)
+	}
+}

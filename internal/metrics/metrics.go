@@ -40,10 +40,23 @@ type Metrics struct {
 	commitBatch     prometheus.Histogram
 	grpcRequests    *prometheus.CounterVec
 	grpcSeconds     *prometheus.HistogramVec
+
+	runsStarted   *prometheus.CounterVec
+	runsClosed    *prometheus.CounterVec
+	historyEvents *prometheus.HistogramVec
+	wfTasks       *prometheus.CounterVec
+	wfCompleted   *prometheus.CounterVec
+	wfFailures    *prometheus.CounterVec
+	wfReplays     *prometheus.CounterVec
+	taskEvents    *prometheus.HistogramVec
+	taskSeconds   *prometheus.HistogramVec
 }
 
 // latency buckets from 100µs to ~100s.
 var latency = prometheus.ExponentialBuckets(0.0001, 2.5, 16)
+
+// eventCounts are buckets for numbers of history events, 1 to 65,536.
+var eventCounts = prometheus.ExponentialBuckets(1, 4, 9)
 
 // New registers every metric. backlog, when not nil, is read at each scrape
 // for the backlog gauges.
@@ -74,8 +87,31 @@ func New(backlog func() []Backlog) *Metrics {
 		Help: "Finished gRPC calls and streams, by method and status code."}, []string{"method", "code"})
 	m.grpcSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_grpc_request_seconds",
 		Help: "Duration of unary gRPC calls, by method.", Buckets: latency}, []string{"method"})
+	m.runsStarted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_runs_started_total",
+		Help: "Workflow runs made durable: started, children and continue-as-new runs (not idempotent repeats)."}, []string{"namespace"})
+	m.runsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_runs_closed_total",
+		Help: "Workflow runs whose close is durable, by status: completed, failed, canceled, terminated, continued_as_new."},
+		[]string{"namespace", "status"})
+	m.historyEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_history_events",
+		Help: "History length of workflow runs when they closed, in events.", Buckets: eventCounts}, []string{"namespace"})
+	m.wfTasks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_tasks_total",
+		Help: "Workflow tasks handed to a worker (including those that only answer queries)."}, []string{"namespace"})
+	m.wfCompleted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_tasks_completed_total",
+		Help: "Workflow tasks whose commands were accepted."}, []string{"namespace"})
+	m.wfFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_task_failures_total",
+		Help: "Workflow tasks that failed, by failure type: nondeterministic, panic, sticky_cache_miss, workflow_task_timeout, bad_command, bad_history, workflow_type_not_registered, task_in_progress, workflow_task_failed, other."},
+		[]string{"namespace", "type"})
+	m.wfReplays = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_replays_total",
+		Help: "Workflow tasks that carried the whole history, so the code ran from the top: a run's first task, and every task a worker did not hold the run in memory for."},
+		[]string{"namespace"})
+	m.taskEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_task_events",
+		Help: "History events delivered by one workflow task.", Buckets: eventCounts}, []string{"namespace"})
+	m.taskSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_task_seconds",
+		Help: "Time from a workflow task sent to its worker's result arriving, whatever the outcome.", Buckets: latency},
+		[]string{"namespace"})
 	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
+		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -122,6 +158,59 @@ func (m *Metrics) Retried(ns string) { m.retried.WithLabelValues(ns).Inc() }
 // Closed counts an activity reaching a terminal state.
 func (m *Metrics) Closed(ns string, state store.ActivityState) {
 	m.closed.WithLabelValues(ns, string(state)).Inc()
+}
+
+// Workflows returns the workflow metrics, for the engine's WorkflowObserver.
+func (m *Metrics) Workflows() *Workflows { return &Workflows{m: m} }
+
+// Workflows records workflow runs and tasks. It implements
+// engine.WorkflowObserver (its methods have different names from the
+// activity ones on Metrics, and Metrics.Closed would clash).
+type Workflows struct{ m *Metrics }
+
+// RunStarted counts a run made durable.
+func (w *Workflows) RunStarted(ns string) { w.m.runsStarted.WithLabelValues(ns).Inc() }
+
+// RunClosed counts a run's durable close by status and records its history
+// length.
+func (w *Workflows) RunClosed(ns string, status store.RunStatus, events int) {
+	w.m.runsClosed.WithLabelValues(ns, string(status)).Inc()
+	w.m.historyEvents.WithLabelValues(ns).Observe(float64(events))
+}
+
+// TaskStarted counts a workflow task handed to a worker, the events it
+// carries, and whether it carries the whole history.
+func (w *Workflows) TaskStarted(ns string, replay bool, events int) {
+	w.m.wfTasks.WithLabelValues(ns).Inc()
+	if replay {
+		w.m.wfReplays.WithLabelValues(ns).Inc()
+	}
+	w.m.taskEvents.WithLabelValues(ns).Observe(float64(events))
+}
+
+// TaskCompleted counts a workflow task whose commands were accepted.
+func (w *Workflows) TaskCompleted(ns string) { w.m.wfCompleted.WithLabelValues(ns).Inc() }
+
+// taskFailureTypes are the workflow task failure types counted by name:
+// the engine's own (workflow_task_timeout, bad_command) and those the Go
+// workflow SDK reports. A worker may give any type, so the rest are counted
+// as "other" to keep the label bounded.
+var taskFailureTypes = map[string]bool{
+	"nondeterministic": true, "panic": true, "sticky_cache_miss": true, "workflow_task_timeout": true, "bad_command": true,
+	"bad_history": true, "workflow_type_not_registered": true, "task_in_progress": true, "workflow_task_failed": true,
+}
+
+// TaskFailed counts a failed workflow task by failure type.
+func (w *Workflows) TaskFailed(ns, failureType string) {
+	if !taskFailureTypes[failureType] {
+		failureType = "other"
+	}
+	w.m.wfFailures.WithLabelValues(ns, failureType).Inc()
+}
+
+// TaskLatency records the time from a workflow task sent to its result.
+func (w *Workflows) TaskLatency(ns string, took time.Duration) {
+	w.m.taskSeconds.WithLabelValues(ns).Observe(took.Seconds())
 }
 
 // Commit records one group-commit transaction.

@@ -120,10 +120,39 @@ func httpMethod(r *http.Request) string {
 		return "/aion.v1.ActivityService/Get"
 	case strings.HasPrefix(p, "/api/v1/activities/") && !get:
 		return "/aion.v1.ActivityService/Cancel"
+	case p == "/api/v1/workflows" && get:
+		return "/aion.v1.WorkflowService/List"
+	case p == "/api/v1/workflows" && !get:
+		return "/aion.v1.WorkflowService/Start"
+	case strings.HasPrefix(p, "/api/v1/workflows/"):
+		return workflowRoute(r, get)
 	case strings.HasPrefix(p, "/api/"):
-		return "/aion.http/Unlisted" // not in the policy: admin only
+		return unlistedRoute
 	}
 	return ""
+}
+
+// unlistedRoute is the method of a route not in the policy: admin only.
+const unlistedRoute = "/aion.http/Unlisted"
+
+// workflowRoute maps a route under /api/v1/workflows/{namespace}/
+// {workflow_id}: the escaped path is split, so an id with an escaped '/' is
+// one segment, as the router sees it.
+func workflowRoute(r *http.Request, get bool) string {
+	seg := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/api/v1/workflows/"), "/")
+	switch {
+	case len(seg) == 2 && get:
+		return "/aion.v1.WorkflowService/Get"
+	case len(seg) == 3 && get && seg[2] == "history":
+		return "/aion.v1.WorkflowService/History"
+	case len(seg) == 3 && !get && seg[2] == "signal":
+		return "/aion.v1.WorkflowService/Signal"
+	case len(seg) == 3 && !get && seg[2] == "cancel":
+		return "/aion.v1.WorkflowService/Cancel"
+	case len(seg) == 3 && !get && seg[2] == "terminate":
+		return "/aion.v1.WorkflowService/Terminate"
+	}
+	return unlistedRoute
 }
 
 // httpAuth authenticates JSON API and /metrics requests like their gRPC

@@ -112,6 +112,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 				Reason: r.URL.Query().Get("reason")})
 		})
 	})
+	s.routeWorkflowAPI(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 }
 
@@ -235,20 +236,30 @@ func respond(w http.ResponseWriter, r *http.Request, call func(context.Context) 
 
 // respondBody decodes the JSON body into req, then calls.
 func respondBody(w http.ResponseWriter, r *http.Request, req proto.Message, call func(context.Context) (proto.Message, error)) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
-	if err != nil {
-		writeError(w, status.Errorf(codes.InvalidArgument, "body: %v", err))
-		return
-	}
-	if len(body) > maxJSONBody {
-		writeError(w, status.Errorf(codes.ResourceExhausted, "body: more than %d bytes", maxJSONBody))
-		return
-	}
-	if err := protojson.Unmarshal(body, req); err != nil {
-		writeError(w, status.Errorf(codes.InvalidArgument, "body: %v", err))
+	if err := decodeBody(r, req, false); err != nil {
+		writeError(w, err)
 		return
 	}
 	respond(w, r, call)
+}
+
+// decodeBody reads the JSON body into req; with emptyOK, a body that is
+// empty (or only white space) leaves req as it is.
+func decodeBody(r *http.Request, req proto.Message, emptyOK bool) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "body: %v", err)
+	}
+	if len(body) > maxJSONBody {
+		return status.Errorf(codes.ResourceExhausted, "body: more than %d bytes", maxJSONBody)
+	}
+	if emptyOK && len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if err := protojson.Unmarshal(body, req); err != nil {
+		return status.Errorf(codes.InvalidArgument, "body: %v", err)
+	}
+	return nil
 }
 
 var httpStatus = map[codes.Code]int{
@@ -265,7 +276,12 @@ var httpStatus = map[codes.Code]int{
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	st := status.Convert(toStatus(err))
+	// A status from a service method is used as it is: converting it
+	// again would prefix its message with "rpc error: code = ...".
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.Convert(toStatus(err))
+	}
 	code, ok := httpStatus[st.Code()]
 	if !ok {
 		code = http.StatusInternalServerError
@@ -360,6 +376,13 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // sseFrameOf is the SSE frame of e, or the error encoding it.
 func sseFrameOf(e events.Event, s *Server) any {
+	if e.Run != nil {
+		b, err := runFrame(e)
+		if err != nil {
+			return err
+		}
+		return b
+	}
 	b, err := sseEncode(string(e.Kind), eventToProto(e, s))
 	if err != nil {
 		return err

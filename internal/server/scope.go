@@ -8,9 +8,9 @@ import (
 
 // The cluster view as a caller granted only some namespaces sees it: the
 // workers serving at least one of them, each listing only those; those
-// namespaces; their pools. Another tenant's namespace never appears, not even
-// as the other half of a shared worker's set. A caller granted every
-// namespace sees everything.
+// namespaces; their pools; their workflow runs' starts and closes. Another
+// tenant's namespace never appears, not even as the other half of a shared
+// worker's set. A caller granted every namespace sees everything.
 
 // scopeWorker returns w with only the namespaces caller may see, and false
 // when it serves none of them.
@@ -70,6 +70,9 @@ func scopeEvent(caller namespace.Identity, e events.Event) (events.Event, bool) 
 	}
 	if e.Namespace != nil {
 		return e, caller.Allows(e.Namespace.Name)
+	}
+	if e.Run != nil {
+		return e, caller.Allows(e.Run.Namespace)
 	}
 	if e.Pools != nil {
 		e.Pools = scopePools(caller, e.Pools)

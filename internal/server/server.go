@@ -61,6 +61,7 @@ type Server struct {
 	reg     *registry.Registry
 	eng     *engine.Engine
 	bus     *events.Bus
+	runs    *runFeed
 	metrics *metrics.Metrics
 	authn   auth.Authenticator
 	tls     *tls.Config
@@ -110,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, bus: events.New(), conns: make(map[registry.WorkerID]*conn),
+	s := &Server{cfg: cfg, log: log, bus: events.New(), runs: newRunFeed(), conns: make(map[registry.WorkerID]*conn),
 		serveErr: make(chan error, 3)}
 	if err := s.open(ctx); err != nil {
 		s.release(context.WithoutCancel(ctx))
@@ -202,6 +203,8 @@ func (s *Server) wire() {
 		MaxPayload:              limit.Payload,
 		Log:                     s.log,
 		Observer:                s.metrics,
+		WorkflowObserver:        s.metrics.Workflows(),
+		RunChanges:              s.runs.add,
 		MaxPendingPerNamespace:  cfg.MaxPendingPerNamespace,
 		MaxInFlightPerNamespace: cfg.MaxInFlightPerNamespace,
 		CommitterOptions:        store.CommitterOptions{Observe: s.metrics.Commit},
@@ -359,9 +362,10 @@ func (s *Server) Start(ctx context.Context) error {
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
-	s.bg.Add(2)
+	s.bg.Add(3)
 	go s.sweep(bgCtx)
 	go s.publishPoolStats(bgCtx, time.Second)
+	go s.publishRuns(bgCtx)
 	s.serving.Add(2)
 	go func() {
 		defer s.serving.Done()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Worker speaks the worker protocol frame by frame over a real stream, for
@@ -187,3 +188,61 @@ func (w *Worker) End() error {
 
 // Close cancels the stream, as a worker process dying would.
 func (w *Worker) Close() { w.cancel() }
+
+// ConnectTo is Connect for a server started some other way, by its gRPC
+// address.
+func ConnectTo(t testing.TB, addr string, reg *aionv1.Register) *Worker {
+	t.Helper()
+	return (&Server{Addr: addr}).Connect(t, reg)
+}
+
+// WorkflowTask waits for the next WorkflowTask. Register the worker with
+// workflow_types and a build_id to be sent some.
+func (w *Worker) WorkflowTask() *aionv1.WorkflowTask {
+	w.t.Helper()
+	return w.next("a workflow task", func(m *aionv1.ServerMessage) bool { return m.GetWorkflowTask() != nil }).GetWorkflowTask()
+}
+
+// AnswerWorkflowTask reports the commands a workflow's code issued for task
+// and returns the WorkflowTaskAck, which comes once they are durable.
+func (w *Worker) AnswerWorkflowTask(task *aionv1.WorkflowTask, cmds ...*aionv1.WorkflowCommand) *aionv1.WorkflowTaskAck {
+	w.t.Helper()
+	return w.ReportWorkflowTask(&aionv1.WorkflowTaskResult{Namespace: task.GetNamespace(), RunId: task.GetRunId(), Task: task.GetTask(),
+		Commands: cmds})
+}
+
+// FailWorkflowTask reports task failed with f (a panic, a non-deterministic
+// error) and returns the WorkflowTaskAck.
+func (w *Worker) FailWorkflowTask(task *aionv1.WorkflowTask, f *aionv1.Failure) *aionv1.WorkflowTaskAck {
+	w.t.Helper()
+	return w.ReportWorkflowTask(&aionv1.WorkflowTaskResult{Namespace: task.GetNamespace(), RunId: task.GetRunId(), Task: task.GetTask(),
+		Failure: f})
+}
+
+// ReportWorkflowTask sends r and returns the WorkflowTaskAck for its task.
+func (w *Worker) ReportWorkflowTask(r *aionv1.WorkflowTaskResult) *aionv1.WorkflowTaskAck {
+	w.t.Helper()
+	w.Send(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_WorkflowTaskResult{WorkflowTaskResult: r}})
+	return w.next("a workflow task ack", func(m *aionv1.ServerMessage) bool {
+		a := m.GetWorkflowTaskAck()
+		return a != nil && a.GetRunId() == r.GetRunId() && a.GetTask() == r.GetTask()
+	}).GetWorkflowTaskAck()
+}
+
+// ScheduleActivity is the command that starts activity step step.
+func ScheduleActivity(step int64, activityType string, input []byte) *aionv1.WorkflowCommand {
+	return &aionv1.WorkflowCommand{Command: &aionv1.WorkflowCommand_ScheduleActivity{ScheduleActivity: &aionv1.ScheduleActivityCommand{
+		Step: step, ActivityType: activityType, Input: input}}}
+}
+
+// StartTimer is the command that starts timer step step, firing after d.
+func StartTimer(step int64, name string, d time.Duration) *aionv1.WorkflowCommand {
+	return &aionv1.WorkflowCommand{Command: &aionv1.WorkflowCommand_StartTimer{StartTimer: &aionv1.StartTimerCommand{
+		Step: step, Name: name, Duration: durationpb.New(d)}}}
+}
+
+// CompleteRun is the command that closes the run as completed with result.
+func CompleteRun(result []byte) *aionv1.WorkflowCommand {
+	return &aionv1.WorkflowCommand{Command: &aionv1.WorkflowCommand_Close{Close: &aionv1.CloseWorkflowCommand{
+		Status: aionv1.RunStatus_RUN_STATUS_COMPLETED, Result: result}}}
+}

@@ -2,8 +2,10 @@
 // namespaces and their placement, pool load) comes from the Server-Sent
 // Events stream at /api/v1/events: a snapshot first, then numbered deltas.
 // What the stream does not carry (slots in use, last heartbeat) is refreshed
-// from /api/v1/workers every few seconds, and activities are read from
-// /api/v1/activities. Every change marks keyed rows dirty; one render per
+// from /api/v1/workers every few seconds, activities are read from
+// /api/v1/activities and workflow runs, with their history, from
+// /api/v1/workflows (the stream's run events refresh them sooner). Every
+// change marks keyed rows dirty; one render per
 // animation frame applies them, so a burst of events costs one DOM pass.
 
 import * as fmt from "./format.js";
@@ -78,6 +80,7 @@ $("auth").addEventListener("submit", (e) => {
   retryMs = RETRY_MIN_MS;
   connect();
   loadActivities();
+  loadWorkflows();
 });
 
 $("auth-forget").addEventListener("click", () => {
@@ -355,6 +358,12 @@ function describe(kind, ev) {
       const ns = (ev.placement_changed || {}).namespace || {};
       return `${ns.name} → ${fmt.placement(ns.placement)}`;
     }
+    case "run_started":
+    case "run_closed": {
+      const r = (ev[kind] || {}).run || {};
+      const st = kind === "run_closed" ? ` · ${fmt.enumName(r.status, "RUN_STATUS_")}` : "";
+      return `${r.namespace} · ${r.workflow_id} · ${r.workflow_type}${st}`;
+    }
     case "pool_stats": {
       const pools = (ev.pool_stats || {}).pools || [];
       const backlog = pools.reduce((n, p) => n + Number(p.backlog || 0), 0);
@@ -405,6 +414,8 @@ const DELTAS = [
   "namespace_created",
   "placement_changed",
   "pool_stats",
+  "run_started",
+  "run_closed",
 ];
 
 let source = null;
@@ -523,8 +534,10 @@ function onSnapshot(ev) {
 
 function onDelta(kind, ev) {
   const seq = Number(ev.sequence || 0);
-  if (seq !== state.lastSeq + 1) {
-    resubscribe(`event stream skipped from #${state.lastSeq} to #${seq}`, true);
+  // Events of namespaces the caller may not see are not sent, so the
+  // sequence may skip ahead; within one stream it never goes back.
+  if (seq <= state.lastSeq) {
+    resubscribe(`event stream went back from #${state.lastSeq} to #${seq}`, true);
     return;
   }
   state.lastSeq = seq;
@@ -565,8 +578,17 @@ function onDelta(kind, ev) {
     case "pool_stats":
       setPools((ev.pool_stats || {}).pools);
       break;
+    case "run_started":
+    case "run_closed": {
+      const run = (ev[kind] || {}).run || {};
+      if (run.namespace === wfs.ns && wfs.page === 0) reloadWorkflowsSoon();
+      const d = wfs.detail;
+      if (d && d.ns === run.namespace && d.id === run.workflow_id) loadRun();
+      break;
+    }
   }
-  if (kind !== "pool_stats" || $("show-pool-stats").checked) {
+  const quiet = (kind === "pool_stats" && !$("show-pool-stats").checked) || (kind.startsWith("run_") && !$("show-runs").checked);
+  if (!quiet) {
     feed(kind, String(seq), ev.time, describe(kind, ev));
   }
   schedule();
@@ -629,17 +651,25 @@ const activitiesTable = new KeyedTable($("activities-body"), {
 
 let nsOptionsDirty = false;
 
-// syncNamespaceOptions keeps the namespace filter's options equal to the
-// known namespaces (plus the chosen one, if it is not known yet), sorted.
-function syncNamespaceOptions() {
-  const sel = $("act-ns");
+// syncNamespaceSelect keeps a namespace menu's options equal to the known
+// namespaces (plus the chosen one, if it is not known yet), sorted, and
+// returns them.
+function syncNamespaceSelect(sel, chosen) {
   const names = [...state.namespaces.keys()];
-  if (acts.ns && !state.namespaces.has(acts.ns)) names.push(acts.ns);
+  if (chosen && !state.namespaces.has(chosen)) names.push(chosen);
   names.sort();
   const opts = sel.options;
   if (names.length !== opts.length || names.some((n, i) => opts[i].value !== n)) {
     sel.replaceChildren(...names.map((n) => h("option", { value: n }, n)));
   }
+  return names;
+}
+
+// syncNamespaceOptions keeps the activity namespace filter's options equal
+// to the known namespaces, choosing the first when none is chosen yet.
+function syncNamespaceOptions() {
+  const sel = $("act-ns");
+  const names = syncNamespaceSelect(sel, acts.ns);
   if (!acts.ns && names.length) {
     acts.ns = names[0];
     activitiesTable.quiet = true;
@@ -657,12 +687,21 @@ function setActivitiesEmpty(text) {
   empty.hidden = false;
 }
 
+// writeHash records both panels' filters and open details in the URL
+// fragment, so a link opens the same view.
 function writeHash() {
   const q = new URLSearchParams();
   if (acts.ns) q.set("ns", acts.ns);
   if (acts.state) q.set("state", acts.state);
   if (acts.type) q.set("type", acts.type);
   if (acts.detail) q.set("activity", acts.detail.id);
+  if (wfs.ns) q.set("wns", wfs.ns);
+  if (wfs.status) q.set("wstatus", wfs.status);
+  if (wfs.type) q.set("wtype", wfs.type);
+  if (wfs.detail) {
+    q.set("workflow", wfs.detail.id);
+    if (wfs.detail.run) q.set("run", wfs.detail.run);
+  }
   const s = q.toString();
   history.replaceState(null, "", s ? `#${s}` : location.pathname);
 }
@@ -678,6 +717,13 @@ function readHash() {
   $("act-type").value = acts.type;
   syncNamespaceOptions();
   if (acts.ns && q.get("activity")) openDetail(acts.ns, q.get("activity"));
+  wfs.ns = q.get("wns") || "";
+  wfs.type = q.get("wtype") || "";
+  $("wf-status").value = q.get("wstatus") || "";
+  wfs.status = $("wf-status").value;
+  $("wf-type").value = wfs.type;
+  syncWorkflowNamespaces();
+  if (wfs.ns && q.get("workflow")) openRun(wfs.ns, q.get("workflow"), q.get("run") || "");
 }
 
 // loadActivities reads the current page; background is the periodic
@@ -896,6 +942,527 @@ function renderDetail(a) {
   );
 }
 
+// ---------------------------------------------------------------- workflows
+
+const WF_PAGE_SIZE = 50; // runs per page
+const HISTORY_PAGE = 1000; // events per history request
+const HISTORY_MAX = 5000; // events a run's timeline shows
+
+const wfs = {
+  ns: "",
+  status: "",
+  type: "",
+  tokens: [""], // page token of each page visited
+  page: 0,
+  next: "",
+  items: new Map(), // run_id -> Run
+  req: 0,
+  soon: 0, // timer of a reload a run event asked for
+  detail: null, // {ns, id, run}
+  detailJSON: "",
+  shown: null, // the open run as last read
+  events: [], // the open run's history, oldest first
+  loading: false, // a loadRun is under way
+  again: false, // and another was asked for meanwhile
+};
+
+const runStatus = (r) => fmt.enumName(r.status, "RUN_STATUS_") || "running";
+const badgeClass = (v) => v.replace(/ /g, "-");
+
+function runDuration(r) {
+  const s = fmt.span(r.start_time, r.close_time);
+  return Number.isFinite(s) ? fmt.human(s) : "—";
+}
+
+// runFailure is what a run's failure column says: a failing workflow task
+// first, as it is what holds an open run up.
+function runFailure(r) {
+  if (r.task_failure) return `task: ${r.task_failure}`;
+  return failureText(r.failure);
+}
+
+function statusBadges(r) {
+  const st = runStatus(r);
+  return [
+    h("span", { className: `badge ${badgeClass(st)}` }, st),
+    r.task_failure && h("span", { className: "badge task-failing", title: r.task_failure }, "task failing"),
+  ];
+}
+
+const workflowsTable = new KeyedTable($("workflows-body"), {
+  attr: "run-id",
+  compare: () => 0,
+  rowState: (r) => (r.task_failure ? "task-failing" : badgeClass(runStatus(r))),
+  columns: [
+    {
+      name: "workflow_id",
+      className: "mono",
+      value: (r) => `${r.workflow_id}\u0000${r.run_id}`,
+      paint: (td, r) => {
+        td.textContent = r.workflow_id;
+        td.title = `run ${r.run_id}`;
+      },
+    },
+    { name: "type", value: (r) => r.workflow_type || "" },
+    {
+      name: "status",
+      value: (r) => `${runStatus(r)}\u0000${r.task_failure || ""}`,
+      paint: (td, r) => td.replaceChildren(...statusBadges(r).filter(Boolean)),
+    },
+    { name: "build", className: "mono", value: (r) => r.build_id || "—" },
+    {
+      name: "started",
+      value: (r) => fmt.clock(r.start_time),
+      paint: (td, r, v) => {
+        td.textContent = v;
+        td.title = r.start_time || "";
+      },
+    },
+    { name: "duration", className: "num", value: runDuration },
+    { name: "events", className: "num", value: (r) => fmt.count(r.history_length) },
+    { name: "failure", className: "failure", value: runFailure },
+  ],
+});
+
+// syncWorkflowNamespaces does for the workflow menu what
+// syncNamespaceOptions does for the activity one.
+function syncWorkflowNamespaces() {
+  const names = syncNamespaceSelect($("wf-ns"), wfs.ns);
+  if (!wfs.ns && names.length) {
+    wfs.ns = names[0];
+    workflowsTable.quiet = true;
+    loadWorkflows();
+  } else if (!names.length && state.snapshots) {
+    setWorkflowsEmpty("No namespace yet: one appears when a worker registers or a workflow starts.");
+  }
+  $("wf-ns").value = wfs.ns;
+}
+
+function setWorkflowsEmpty(text) {
+  const empty = $("workflows-empty");
+  empty.textContent = text;
+  empty.hidden = false;
+}
+
+// loadWorkflows reads the current page of runs, newest first; background
+// is a refresh, which keeps the status line quiet.
+async function loadWorkflows(background = false) {
+  const empty = $("workflows-empty");
+  if (!wfs.ns) {
+    workflowsTable.flushOrdered([], () => undefined);
+    setWorkflowsEmpty(state.namespaces.size ? "Pick a namespace to list its workflow runs." : "No namespace yet.");
+    return;
+  }
+  const q = new URLSearchParams({ namespace: wfs.ns, page_size: String(WF_PAGE_SIZE) });
+  if (wfs.status) q.set("status", wfs.status);
+  if (wfs.type) q.set("type", wfs.type);
+  const pageToken = wfs.tokens[wfs.page];
+  if (pageToken) q.set("page_token", pageToken);
+  const req = ++wfs.req;
+  if (!background) $("wf-msg").textContent = "loading…";
+  let res;
+  try {
+    res = await api(`/api/v1/workflows?${q}`);
+  } catch (err) {
+    if (req !== wfs.req) return;
+    $("wf-msg").textContent = err.message;
+    if (!workflowsTable.size) setWorkflowsEmpty(`Could not list the workflow runs of ${wfs.ns}: ${err.message}`);
+    return;
+  }
+  if (req !== wfs.req) return; // a newer request (filter change) superseded this one
+  const list = res.runs || [];
+  wfs.items = new Map(list.map((r) => [r.run_id, r]));
+  wfs.next = res.next_page_token || "";
+  workflowsTable.flushOrdered(
+    list.map((r) => r.run_id),
+    (id) => wfs.items.get(id),
+  );
+  for (const [id, row] of workflowsTable.rows) {
+    row.tr.tabIndex = 0; // Enter opens it
+    row.tr.dataset.workflowId = wfs.items.get(id).workflow_id;
+  }
+  markRunSelected();
+  empty.textContent = wfs.page ? "No more runs." : "No runs match.";
+  empty.hidden = list.length > 0;
+  $("wf-prev").disabled = wfs.page === 0;
+  $("wf-next").disabled = !wfs.next;
+  $("wf-page").textContent = `page ${wfs.page + 1}`;
+  $("wf-msg").textContent = `updated ${fmt.clock(new Date().toISOString())}`;
+}
+
+// reloadWorkflowsSoon refreshes the list shortly after a run of its
+// namespace started or closed; a burst of such events costs one request.
+function reloadWorkflowsSoon() {
+  if (wfs.soon || !$("wf-live").checked) return;
+  wfs.soon = setTimeout(() => {
+    wfs.soon = 0;
+    loadWorkflows(true);
+  }, 250);
+}
+
+function applyWorkflowFilter() {
+  wfs.ns = $("wf-ns").value;
+  wfs.status = $("wf-status").value;
+  wfs.type = $("wf-type").value.trim();
+  wfs.tokens = [""];
+  wfs.page = 0;
+  workflowsTable.quiet = true; // a new list, not new runs
+  writeHash();
+  loadWorkflows();
+}
+
+$("workflow-filter").addEventListener("submit", (e) => {
+  e.preventDefault();
+  applyWorkflowFilter();
+});
+$("wf-ns").addEventListener("change", applyWorkflowFilter);
+$("wf-status").addEventListener("change", applyWorkflowFilter);
+$("wf-next").addEventListener("click", () => {
+  if (!wfs.next) return;
+  wfs.tokens[wfs.page + 1] = wfs.next;
+  wfs.page++;
+  workflowsTable.quiet = true;
+  loadWorkflows();
+});
+$("wf-prev").addEventListener("click", () => {
+  if (wfs.page === 0) return;
+  wfs.page--;
+  workflowsTable.quiet = true;
+  loadWorkflows();
+});
+
+function openRunRow(tr) {
+  const r = wfs.items.get(tr.dataset.runId);
+  if (r) openRun(wfs.ns, r.workflow_id, r.run_id);
+}
+$("workflows-body").addEventListener("click", (e) => {
+  const tr = e.target.closest("tr[data-run-id]");
+  if (tr) openRunRow(tr);
+});
+$("workflows-body").addEventListener("keydown", (e) => {
+  const tr = e.target.closest("tr[data-run-id]");
+  if (tr && e.key === "Enter") openRunRow(tr);
+});
+
+function markRunSelected() {
+  for (const [id, row] of workflowsTable.rows) {
+    const sel = wfs.detail && wfs.detail.ns === wfs.ns && wfs.detail.run === id;
+    row.tr.classList.toggle("selected", !!sel);
+  }
+}
+
+// openRun shows a run: by run id, or the open (else latest) run of the
+// workflow id when run is empty.
+async function openRun(ns, id, run) {
+  wfs.detail = { ns, id, run: run || "" };
+  wfs.detailJSON = "";
+  wfs.shown = null;
+  wfs.events = [];
+  markRunSelected();
+  writeHash();
+  await loadRun();
+}
+
+function closeRun() {
+  wfs.detail = null;
+  wfs.detailJSON = "";
+  wfs.shown = null;
+  wfs.events = [];
+  $("run-detail").hidden = true;
+  $("run-detail").replaceChildren();
+  markRunSelected();
+  writeHash();
+}
+
+function runPath(d) {
+  return `/api/v1/workflows/${encodeURIComponent(d.ns)}/${encodeURIComponent(d.id)}`;
+}
+
+// loadRun reads the open run and the events it has not shown yet. Loads
+// run one at a time (a refresh and a run event may ask at once): a load
+// asked for meanwhile runs once the current one ends.
+async function loadRun() {
+  if (wfs.loading) {
+    wfs.again = true;
+    return;
+  }
+  wfs.loading = true;
+  try {
+    do {
+      wfs.again = false;
+      await loadRunOnce();
+    } while (wfs.again && wfs.detail);
+  } finally {
+    wfs.loading = false;
+  }
+}
+
+async function loadRunOnce() {
+  const d = wfs.detail;
+  if (!d) return;
+  const box = $("run-detail");
+  let res;
+  try {
+    res = await api(runPath(d) + (d.run ? `?run_id=${encodeURIComponent(d.run)}` : ""));
+  } catch (err) {
+    if (wfs.detail !== d) return;
+    box.hidden = false;
+    box.replaceChildren(runHead(d.id, "unknown"), h("p", { className: "error" }, err.message));
+    return;
+  }
+  if (wfs.detail !== d) return;
+  const run = res.run || {};
+  if (!d.run && run.run_id) {
+    d.run = run.run_id; // a link that named no run shows the one found, from now on
+    markRunSelected();
+    writeHash();
+  }
+  let historyError = "";
+  try {
+    await loadHistory(d);
+  } catch (err) {
+    historyError = err.message;
+  }
+  if (wfs.detail !== d) return;
+  wfs.shown = run;
+  const json = `${JSON.stringify(run)}|${wfs.events.length}|${historyError}`;
+  if (json === wfs.detailJSON) return;
+  wfs.detailJSON = json;
+  renderRun(run, historyError);
+  box.hidden = false;
+}
+
+// loadHistory reads the events after those already shown (history only
+// grows; a page token is the seq of the last event of the page before).
+async function loadHistory(d) {
+  for (;;) {
+    if (wfs.events.length >= HISTORY_MAX) return;
+    const q = new URLSearchParams({ run_id: d.run, page_size: String(HISTORY_PAGE) });
+    if (wfs.events.length) q.set("page_token", String(wfs.events[wfs.events.length - 1].seq));
+    const res = await api(`${runPath(d)}/history?${q}`);
+    if (wfs.detail !== d) return;
+    const last = wfs.events.length ? Number(wfs.events[wfs.events.length - 1].seq) : 0;
+    const fresh = (res.events || []).filter((e) => Number(e.seq) > last);
+    wfs.events.push(...fresh.slice(0, HISTORY_MAX - wfs.events.length));
+    if (!res.next_page_token || !fresh.length) return;
+  }
+}
+
+function runHead(id, st) {
+  return h(
+    "header",
+    {},
+    h("h3", {}, "Workflow ", h("span", { className: "mono" }, id), " ", h("span", { className: `badge ${badgeClass(st)}` }, st)),
+    h("button", { type: "button", className: "ghost", dataset: { testid: "run-close" }, onclick: closeRun }, "close ✕"),
+  );
+}
+
+// eventKind is the name of the one event field an event has set.
+function eventKind(e) {
+  return Object.keys(e).find((k) => k !== "seq" && k !== "time") || "unknown";
+}
+
+const STEP_OPENS = new Set(["activity_scheduled", "timer_started", "child_started"]);
+const STEP_CLOSES = new Set(["activity_closed", "timer_fired", "timer_canceled", "child_closed"]);
+
+// stepSpans pairs each step's opening event with its closing one:
+// step -> {open, close}, events as the history has them.
+function stepSpans(events) {
+  const spans = new Map();
+  for (const e of events) {
+    const kind = eventKind(e);
+    const step = (e[kind] || {}).step;
+    if (!step) continue;
+    if (STEP_OPENS.has(kind)) spans.set(step, { open: e, close: null });
+    else if (STEP_CLOSES.has(kind) && spans.has(step)) spans.get(step).close = e;
+  }
+  return spans;
+}
+
+const short = (v) => fmt.payload(v, 120);
+
+function withPayload(text, label, v) {
+  const p = short(v);
+  return p ? `${text} · ${label} ${p}` : text;
+}
+
+// summary says in a line what an event records.
+function summary(kind, b, e) {
+  switch (kind) {
+    case "workflow_started": {
+      const from = [b.parent_workflow_id && `child of ${b.parent_workflow_id}`, b.continued_from_run_id && `continues ${b.continued_from_run_id}`];
+      return withPayload([b.workflow_type, `queue ${b.task_queue || "default"}`, ...from].filter(Boolean).join(" · "), "input", b.input);
+    }
+    case "workflow_task_completed":
+      return `worker ${b.worker_id || "—"} · build ${b.build_id || "—"} · had seen #${b.seen_seq || 0}`;
+    case "activity_scheduled":
+      return withPayload(`${b.activity_type} · ${b.activity_id || ""}`, "input", b.input);
+    case "activity_closed": {
+      const tries = `${b.attempts || 0} attempt${b.attempts === 1 ? "" : "s"}`;
+      return b.failure ? `${failureText(b.failure)} · ${tries}` : withPayload(`completed · ${tries}`, "result", b.result);
+    }
+    case "timer_started": {
+      const wait = fmt.span(e.time, b.fire_time);
+      return `${b.name || "timer"} · fires ${fmt.clock(b.fire_time)}${Number.isFinite(wait) ? ` (after ${fmt.human(wait)})` : ""}`;
+    }
+    case "timer_fired":
+      return "fired";
+    case "timer_canceled":
+      return "canceled by the code";
+    case "signal_received":
+      return withPayload(b.name, "input", b.input);
+    case "side_effect_recorded":
+      return withPayload(b.name || "side effect", "=", b.value);
+    case "child_started":
+      return withPayload(`${b.workflow_type} ${b.workflow_id} · run ${b.run_id || "—"}`, "input", b.input);
+    case "child_closed": {
+      const st = fmt.enumName(b.status, "RUN_STATUS_");
+      return b.failure ? `${st} · ${failureText(b.failure)}` : withPayload(st, "result", b.result);
+    }
+    case "cancel_requested":
+      return b.reason ? `reason: ${b.reason}` : "no reason given";
+    case "activity_cancel_requested":
+      return `cancel step ${b.step}`;
+    case "workflow_closed": {
+      const st = fmt.enumName(b.status, "RUN_STATUS_");
+      if (b.failure) return `${st} · ${failureText(b.failure)}`;
+      if (b.next_run_id) return withPayload(`${st} · next run ${b.next_run_id}`, "input", b.continue_input);
+      return withPayload(st, "result", b.result);
+    }
+    default:
+      return "";
+  }
+}
+
+// stepDuration is the duration cell of an event that opens or closes a
+// step: how long the step took, or that it is still pending.
+function stepDuration(kind, b, spans, runOpen) {
+  const s = b.step && spans.get(b.step);
+  if (!s || !(STEP_OPENS.has(kind) || STEP_CLOSES.has(kind))) return ["", ""];
+  if (!s.close) {
+    if (!runOpen) return ["—", "never closed"];
+    return ["pending", `since ${fmt.clock(s.open.time)} (#${s.open.seq}), not closed yet`];
+  }
+  const took = fmt.span(s.open.time, s.close.time);
+  return [fmt.human(took), `#${s.open.seq} → #${s.close.seq}`];
+}
+
+function timelineRows(events, runOpen) {
+  const spans = stepSpans(events);
+  const start = events.length ? events[0].time : "";
+  return events.map((e) => {
+    const kind = eventKind(e);
+    const b = e[kind] || {};
+    const [dur, durTitle] = stepDuration(kind, b, spans, runOpen);
+    const failed = (kind === "activity_closed" || kind === "child_closed") && b.failure;
+    const offset = fmt.span(start, e.time);
+    return h(
+      "tr",
+      { dataset: { seq: String(e.seq), kind } },
+      h("td", { className: "num", dataset: { col: "seq" } }, e.seq),
+      h(
+        "td",
+        { dataset: { col: "time" }, title: e.time || "" },
+        fmt.clock(e.time),
+        Number.isFinite(offset) && h("small", {}, `+${fmt.human(offset)}`),
+      ),
+      h("td", { dataset: { col: "kind" } }, h("span", { className: `ev ${kind}${failed ? " failed" : ""}` }, kind.replace(/_/g, " "))),
+      h("td", { className: "num", dataset: { col: "step" } }, b.step || ""),
+      h("td", { className: "summary", dataset: { col: "summary" } }, summary(kind, b, e)),
+      h("td", { className: "num", dataset: { col: "duration" }, title: durTitle }, dur),
+    );
+  });
+}
+
+function pendingRows(steps) {
+  return steps.map((p) => {
+    const kind = fmt.enumName(p.kind, "STEP_KIND_") || "step";
+    let what = "";
+    if (p.activity_id) what = p.activity_id;
+    else if (p.fire_time) what = `fires ${fmt.clock(p.fire_time)}`;
+    else if (p.child_workflow_id) what = p.child_workflow_id;
+    const w = p.worker_id ? state.workers.get(p.worker_id) : null;
+    const who = w ? [w.identity, w.task_queue && `queue ${w.task_queue}`, w.sdk_version].filter(Boolean).join(" · ") : "";
+    return h(
+      "tr",
+      { dataset: { step: String(p.step), kind } },
+      h("td", { className: "num", dataset: { col: "step" } }, p.step),
+      h("td", { dataset: { col: "kind" } }, kind),
+      h("td", { dataset: { col: "name" } }, p.name || "—"),
+      h("td", { className: "mono", dataset: { col: "what" } }, what),
+      h("td", { className: "num", dataset: { col: "attempt" } }, p.activity_id ? String(p.attempt || 0) : ""),
+      h("td", { className: "num mono", dataset: { col: "worker" }, title: who }, p.worker_id || (p.activity_id ? "waiting" : "")),
+      h("td", { dataset: { col: "node" } }, w ? w.node || "—" : ""),
+    );
+  });
+}
+
+// table builds a grid table; heads names the columns, those in nums are
+// right-aligned as their cells are.
+function table(className, heads, nums, rows) {
+  return h(
+    "table",
+    { className: `grid ${className}` },
+    h("thead", {}, h("tr", {}, ...heads.map((c) => h("th", { className: nums.includes(c) ? "num" : "" }, c)))),
+    h("tbody", {}, ...rows),
+  );
+}
+
+function renderRun(r, historyError) {
+  const st = runStatus(r);
+  const open = st === "running";
+  const pending = r.pending_steps || [];
+  const events = wfs.events;
+  const total = Number(r.history_length || events.length);
+  const input = fmt.payload(r.input);
+  const result = fmt.payload(r.result);
+  const parts = [
+    runHead(r.workflow_id, st),
+    r.task_failure &&
+      h(
+        "div",
+        { className: "task-failure", dataset: { testid: "task-failure" }, role: "alert" },
+        h("strong", {}, "Workflow task failing: "),
+        h("span", { className: "mono" }, r.task_failure),
+        h("p", {}, "The run waits: its workflow task is retried with a backoff until code that agrees with its history, or an operator, moves it on."),
+      ),
+    kv([
+      ["namespace", r.namespace],
+      ["type", r.workflow_type],
+      ["run", h("span", { className: "mono" }, r.run_id)],
+      ["task queue", r.task_queue || "default"],
+      ["build", r.build_id || "not bound yet"],
+      ["events", fmt.count(total)],
+      ["started", fmt.clock(r.start_time)],
+      ["closed", r.close_time ? fmt.clock(r.close_time) : ""],
+      ["duration", runDuration(r)],
+      ["parent", r.parent_workflow_id && `${r.parent_workflow_id} (run ${r.parent_run_id})`],
+      ["continued as", r.next_run_id],
+      ["failure", failureText(r.failure)],
+    ]),
+    h(
+      "div",
+      { className: "io" },
+      input && h("figure", {}, h("figcaption", {}, "input"), h("pre", {}, input)),
+      result && h("figure", {}, h("figcaption", {}, "result"), h("pre", {}, result)),
+    ),
+    h("h4", {}, `Pending steps (${pending.length})`),
+    pending.length
+      ? table("pending", ["#", "kind", "name", "activity / fires / child", "attempt", "worker", "node"], ["#", "attempt", "worker"], pendingRows(pending))
+      : h("p", { className: "muted" }, open ? "No step pending: the run waits for its next workflow task or a signal." : "None: the run is closed."),
+    h(
+      "h4",
+      {},
+      events.length < total
+        ? `History (first ${fmt.count(events.length)} of ${fmt.count(total)} events)`
+        : `History (${fmt.count(events.length)} event${events.length === 1 ? "" : "s"})`,
+    ),
+    historyError && h("p", { className: "error" }, `Could not read the history: ${historyError}`),
+    h("div", { className: "timeline-wrap" }, table("timeline", ["#", "time", "event", "step", "summary", "duration"], ["#", "step", "duration"], timelineRows(events, open))),
+  ].filter(Boolean);
+  $("run-detail").replaceChildren(...parts);
+}
+
 // ---------------------------------------------------------------- render loop
 
 let frame = 0;
@@ -913,6 +1480,7 @@ function render() {
   if (nsOptionsDirty) {
     nsOptionsDirty = false;
     syncNamespaceOptions();
+    syncWorkflowNamespaces();
   }
   flushFeed();
   if (workersChanged) renderTotals();
@@ -977,6 +1545,10 @@ function tick() {
     const a = acts.detailJSON ? JSON.parse(acts.detailJSON) : null;
     if (!a || !TERMINAL.has(actState(a))) loadDetail();
   }
+  if ($("wf-live").checked && wfs.ns) loadWorkflows(true);
+  // An open run changes (and its pending steps' timers count down); a
+  // closed one does not.
+  if (wfs.detail && (!wfs.shown || runStatus(wfs.shown) === "running")) loadRun();
   namespacesTable.markAll();
   schedule();
 }
@@ -984,9 +1556,11 @@ function tick() {
 $("auth-forget").hidden = !token;
 readHash();
 if (acts.ns) loadActivities();
+if (wfs.ns) loadWorkflows();
 connect();
 setInterval(tick, REFRESH_MS);
 window.addEventListener("hashchange", () => {
   readHash();
   applyFilter();
+  applyWorkflowFilter();
 });

@@ -1,0 +1,93 @@
+package metrics_test
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/metrics"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// The workflow metrics are what the engine's workflow observer is told.
+var _ engine.WorkflowObserver = (*metrics.Workflows)(nil)
+
+// scrape serves the metrics through their handler and returns every sample
+// by its series text.
+func scrape(t *testing.T, m *metrics.Metrics) map[string]float64 {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	wf := m.Workflows()
+	wf.RunStarted("a")
+	wf.RunStarted("a")
+	wf.RunStarted("b")
+	wf.RunClosed("a", store.RunCompleted, 7)
+	wf.RunClosed("a", store.RunContinuedAsNew, 100)
+	wf.TaskStarted("a", true, 1)
+	wf.TaskStarted("a", false, 3)
+	wf.TaskCompleted("a")
+	wf.TaskFailed("a", "nondeterministic")
+	wf.TaskFailed("a", "workflow_task_timeout")
+	wf.TaskFailed("a", "bad_history")
+	wf.TaskFailed("a", "whatever-a-worker-says")
+	wf.TaskFailed("a", "and-another")
+	wf.TaskLatency("a", 250*time.Millisecond)
+
+	got := scrape(t, m)
+	for series, want := range map[string]float64{
+		`aion_workflow_runs_started_total{namespace="a"}`:                               2,
+		`aion_workflow_runs_started_total{namespace="b"}`:                               1,
+		`aion_workflow_runs_closed_total{namespace="a",status="completed"}`:             1,
+		`aion_workflow_runs_closed_total{namespace="a",status="continued_as_new"}`:      1,
+		`aion_workflow_history_events_sum{namespace="a"}`:                               107,
+		`aion_workflow_history_events_bucket{namespace="a",le="16"}`:                    1,
+		`aion_workflow_tasks_total{namespace="a"}`:                                      2,
+		`aion_workflow_replays_total{namespace="a"}`:                                    1,
+		`aion_workflow_task_events_sum{namespace="a"}`:                                  4,
+		`aion_workflow_tasks_completed_total{namespace="a"}`:                            1,
+		`aion_workflow_task_failures_total{namespace="a",type="nondeterministic"}`:      1,
+		`aion_workflow_task_failures_total{namespace="a",type="workflow_task_timeout"}`: 1,
+		`aion_workflow_task_failures_total{namespace="a",type="bad_history"}`:           1,
+		`aion_workflow_task_failures_total{namespace="a",type="other"}`:                 2,
+		`aion_workflow_task_seconds_sum{namespace="a"}`:                                 0.25,
+		`aion_workflow_task_seconds_count{namespace="a"}`:                               1,
+	} {
+		if v, ok := got[series]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+	for series := range got {
+		if strings.Contains(series, "whatever") || strings.Contains(series, "another") {
+			t.Errorf("a worker's own failure type became a label: %s", series)
+		}
+	}
+}
