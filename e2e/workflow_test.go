@@ -224,14 +224,15 @@ func (c *cluster) killServer() {
 
 // runOrderThroughKills starts order i with its id, trying again while the
 // server is down (the id and the reject policy make a repeated start safe),
-// and waits for its run to close. existing reports that the start found
-// the run an earlier try had started.
-func runOrderThroughKills(ctx context.Context, c *client.Client, ns string, i int) (run *client.Run, existing bool, err error) {
+// and waits for its run to close. tries counts the start calls; existing
+// reports that the start found the run an earlier try had started.
+func runOrderThroughKills(ctx context.Context, c *client.Client, ns string, i int) (run *client.Run, tries int, existing bool, err error) {
 	id := fmt.Sprintf("order-%04d", i)
 	opts := client.StartWorkflowOptions{Namespace: ns, WorkflowID: id, WorkflowType: "order", IDReuse: client.RejectDuplicate}
 	in := orderIn{OrderID: strconv.Itoa(i), ShipTimeout: "0s", Sleep: "10ms"}
 	var h *client.WorkflowHandle
 	for h == nil {
+		tries++
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		started, err := client.StartWorkflow(callCtx, c, opts, in)
 		cancel()
@@ -249,14 +250,14 @@ func runOrderThroughKills(ctx context.Context, c *client.Client, ns string, i in
 			case <-time.After(50 * time.Millisecond):
 			}
 		default:
-			return nil, false, fmt.Errorf("start %s: %w", id, err)
+			return nil, tries, false, fmt.Errorf("start %s: %w", id, err)
 		}
 	}
 	run, err = h.Wait(ctx)
 	if err != nil {
-		return nil, existing, fmt.Errorf("wait for %s: %w", id, err)
+		return nil, tries, existing, fmt.Errorf("wait for %s: %w", id, err)
 	}
-	return run, existing, nil
+	return run, tries, existing, nil
 }
 
 // TestWorkflowsSurviveServerAndWorkerKills runs 1,000 order workflows on
@@ -284,7 +285,7 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer stop()
 	runs := make([]*client.Run, total)
-	var next, done, existing atomic.Int64
+	var next, done, retried, existing atomic.Int64
 	var wg sync.WaitGroup
 	for range open {
 		wg.Go(func() {
@@ -293,11 +294,14 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 				if i >= total || ctx.Err() != nil {
 					return
 				}
-				run, found, err := runOrderThroughKills(ctx, c.client, ns, i)
+				run, tries, found, err := runOrderThroughKills(ctx, c.client, ns, i)
 				if err != nil {
 					t.Errorf("order %d: %v", i, err)
 					stop()
 					return
+				}
+				if tries > 1 {
+					retried.Add(1)
 				}
 				if found {
 					existing.Add(1)
@@ -317,6 +321,16 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 			t.Fatalf("the runs stopped after %d closed: %v", done.Load(), ctx.Err())
 		}
 	}
+	recovered := regexp.MustCompile(`msg="open workflow runs recovered" open_runs=(\d+)`)
+	killServer := func() {
+		c.killServer()
+		// The kill caught runs open: the new server loaded them.
+		m := c.server.waitLine(recovered, 10*time.Second)
+		if m[1] == "0" {
+			t.Fatal("the restarted server recovered no open run")
+		}
+		t.Logf("the restarted server recovered %s open runs", m[1])
+	}
 	killWorker := func(i int) {
 		ws[i].signal(syscall.SIGKILL)
 		ws[i].exit(10 * time.Second)
@@ -326,13 +340,13 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 		what string
 		do   func()
 	}{
-		{total * 20 / 100, "kill the server", c.killServer},
+		{total * 20 / 100, "kill the server", killServer},
 		{total * 30 / 100, "kill worker 0", func() { killWorker(0) }},
 		{total * 35 / 100, "restart worker 0", func() { ws[0], _ = c.worker("w0", args...) }},
-		{total * 45 / 100, "kill the server", c.killServer},
+		{total * 45 / 100, "kill the server", killServer},
 		{total * 60 / 100, "kill worker 1", func() { killWorker(1) }},
 		{total * 65 / 100, "restart worker 1", func() { ws[1], _ = c.worker("w1", args...) }},
-		{total * 70 / 100, "kill the server", c.killServer},
+		{total * 70 / 100, "kill the server", killServer},
 	}
 	for _, p := range plan {
 		progress(p.at)
@@ -342,7 +356,8 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 	}
 	progress(total)
 	wg.Wait()
-	t.Logf("%d runs closed in %v; %d starts found the run an earlier try had started", total, time.Since(began).Round(time.Millisecond), existing.Load())
+	t.Logf("%d runs closed in %v; %d starts were tried again after a kill, %d of them found the run an earlier try had started",
+		total, time.Since(began).Round(time.Millisecond), retried.Load(), existing.Load())
 
 	// Every run completed with every step's result, once per workflow id.
 	for i, r := range runs {
@@ -379,7 +394,6 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 	// Each run recorded each step once: four activities, one timer.
 	scheduled := make([]map[string]string, total) // activity id -> type, by run
 	var hwg sync.WaitGroup
-	var failures atomic.Int64
 	for g := range 4 {
 		hwg.Go(func() {
 			for i := g; i < total; i += 4 {
@@ -387,14 +401,21 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 				evs, err := fetchHistory(ctx, c.client.Workflow(ns, r.WorkflowID, r.RunID))
 				if err != nil {
 					t.Errorf("history of %s: %v", r.WorkflowID, err)
-					failures.Add(1)
 					continue
+				}
+				for k, ev := range evs {
+					if ev.Seq != int64(k+1) {
+						t.Errorf("history of %s: event %d has seq %d; want seqs from 1 without gaps", r.WorkflowID, k+1, ev.Seq)
+						break
+					}
+				}
+				if int64(len(evs)) != r.HistoryLength {
+					t.Errorf("history of %s has %d events, its run says %d", r.WorkflowID, len(evs), r.HistoryLength)
 				}
 				if count(evs, "activity_scheduled") != 4 || count(evs, "timer_started") != 1 || count(evs, "timer_fired") != 1 ||
 					count(evs, "workflow_closed") != 1 {
 					t.Errorf("history of %s: %s; want 4 activity_scheduled, 1 timer_started, 1 timer_fired, 1 workflow_closed",
 						r.WorkflowID, kinds(evs))
-					failures.Add(1)
 				}
 				scheduled[i] = map[string]string{}
 				for _, ev := range evs {
@@ -486,6 +507,13 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 	for _, ch := range checks {
 		if len(ch.ls) > 1 {
 			repeats++
+			if repeats <= 3 {
+				var attempts []int
+				for _, l := range ch.ls {
+					attempts = append(attempts, l.attempt)
+				}
+				t.Logf("for example %s ran as attempts %v", ch.id, attempts)
+			}
 		}
 	}
 	bound := slots * (3*workers + 2)
@@ -748,11 +776,18 @@ func TestNewBuildTakesNewRunsAndOldRunsFinishOnTheirs(t *testing.T) {
 	}
 }
 
-// TestCancelReachesActivitiesAndChildren cancels a demo agent workflow with
-// the CLI while its model turn runs: the turn's handler sees the
-// cancellation and stops, its activity closes canceled, and the run closes
-// canceled (W6).
+// TestCancelReachesActivitiesAndChildren: cancelling a run reaches its
+// running activity and its child workflows (W6).
 func TestCancelReachesActivitiesAndChildren(t *testing.T) {
+	t.Parallel()
+	t.Run("the demo agent's running turn", cancelAgentTurn)
+	t.Run("a child workflow and its activity", cancelChild)
+}
+
+// cancelAgentTurn cancels a demo agent workflow with the CLI while its model
+// turn runs: the turn's handler sees the cancellation and stops, its
+// activity closes canceled, and the run closes canceled.
+func cancelAgentTurn(t *testing.T) {
 	t.Parallel()
 	const ns = "agents"
 	c := startServer(t)
@@ -801,12 +836,12 @@ func TestCancelReachesActivitiesAndChildren(t *testing.T) {
 	}
 }
 
-// TestCancelReachesChildWorkflows: cancelling a parent run cancels its
-// child, whose running activity sees the cancellation and whose code
-// cleans up before the child, then the parent, close canceled (W6). The
-// demo worker has no child workflow, so the workflows run on a worker in
-// this process, against the server process.
-func TestCancelReachesChildWorkflows(t *testing.T) {
+// cancelChild cancels a parent run with the CLI: its child is canceled, the
+// child's running activity sees the cancellation, the child's code cleans
+// up on a disconnected context, and both runs close canceled. The demo
+// worker has no child workflow, so these workflows run on a worker in this
+// process, against the server process.
+func cancelChild(t *testing.T) {
 	t.Parallel()
 	const ns = "families"
 	c := startServer(t)
