@@ -211,21 +211,35 @@ const waitPoll = time.Minute
 // the server is Unavailable (restarting) it retries with a short backoff.
 // Any other error is returned at once.
 func (c *Client) Wait(ctx context.Context, namespace, id string) (*Activity, error) {
-	op := fmt.Sprintf("wait for activity %q in %q", id, namespace)
 	req := &aionv1.WaitRequest{Namespace: namespace, Id: id}
+	resp, err := longPoll(ctx, fmt.Sprintf("wait for activity %q in %q", id, namespace), func(ctx context.Context) (*aionv1.WaitResponse, error) {
+		return c.activities.Wait(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return activityFromProto(resp.GetActivity()), nil
+}
+
+// longPoll makes call as a series of server-side waits of at most
+// waitPoll each: one that ends with DeadlineExceeded while ctx is alive is
+// made again, and one that finds the server Unavailable (restarting) is
+// retried with a short backoff. Any other error is returned at once.
+func longPoll[T any](ctx context.Context, op string, call func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
 	retry := 50 * time.Millisecond
 	for {
 		callCtx, cancel := ctx, context.CancelFunc(func() {})
 		if d, ok := ctx.Deadline(); !ok || time.Until(d) > waitPoll {
 			callCtx, cancel = context.WithTimeout(ctx, waitPoll)
 		}
-		resp, err := c.activities.Wait(callCtx, req)
+		resp, err := call(callCtx)
 		cancel()
 		if err == nil {
-			return activityFromProto(resp.GetActivity()), nil
+			return resp, nil
 		}
 		if ctx.Err() != nil {
-			return nil, rpcError(op, status.FromContextError(ctx.Err()).Err())
+			return zero, rpcError(op, status.FromContextError(ctx.Err()).Err())
 		}
 		switch status.Code(err) {
 		case codes.DeadlineExceeded:
@@ -236,12 +250,12 @@ func (c *Client) Wait(ctx context.Context, namespace, id string) (*Activity, err
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, rpcError(op, status.FromContextError(ctx.Err()).Err())
+				return zero, rpcError(op, status.FromContextError(ctx.Err()).Err())
 			case <-t.C:
 			}
 			retry = min(2*retry, 2*time.Second)
 		default:
-			return nil, rpcError(op, err)
+			return zero, rpcError(op, err)
 		}
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
@@ -209,38 +207,14 @@ func (h *WorkflowHandle) Get(ctx context.Context) (*Run, error) {
 // handle without a run id follows continue-as-new to the last run. Like
 // Client.Wait it is a series of long polls that ride out a server restart.
 func (h *WorkflowHandle) Wait(ctx context.Context) (*Run, error) {
-	op := fmt.Sprintf("wait for workflow %q in %q", h.WorkflowID, h.Namespace)
 	req := &aionv1.WaitWorkflowRequest{Namespace: h.Namespace, WorkflowId: h.WorkflowID, RunId: h.RunID}
-	retry := 50 * time.Millisecond
-	for {
-		callCtx, cancel := ctx, context.CancelFunc(func() {})
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > waitPoll {
-			callCtx, cancel = context.WithTimeout(ctx, waitPoll)
-		}
-		resp, err := h.c.workflows.Wait(callCtx, req)
-		cancel()
-		if err == nil {
-			return runFromProto(resp.GetRun()), nil
-		}
-		if ctx.Err() != nil {
-			return nil, rpcError(op, status.FromContextError(ctx.Err()).Err())
-		}
-		switch status.Code(err) {
-		case codes.DeadlineExceeded:
-			continue
-		case codes.Unavailable:
-			t := time.NewTimer(retry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, rpcError(op, status.FromContextError(ctx.Err()).Err())
-			case <-t.C:
-			}
-			retry = min(2*retry, 2*time.Second)
-		default:
-			return nil, rpcError(op, err)
-		}
+	resp, err := longPoll(ctx, fmt.Sprintf("wait for workflow %q in %q", h.WorkflowID, h.Namespace), func(ctx context.Context) (*aionv1.WaitWorkflowResponse, error) {
+		return h.c.workflows.Wait(ctx, req)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return runFromProto(resp.GetRun()), nil
 }
 
 // ErrRunNotClosed is returned (wrapped) by WorkflowResult for an open run.

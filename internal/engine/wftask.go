@@ -697,7 +697,7 @@ func (e *Engine) closeRunLocked(r *wfRun, now time.Time, c *aionv1.CloseWorkflow
 	} else if r.rec.ParentRunID != "" && next == nil && e.cl != nil {
 		// The parent is held elsewhere: its inbox hears of the close, in
 		// the same write as the close.
-		cc := &aionv1.ChildClosed{Step: r.rec.ParentStep, Status: runStatusProto(status), Result: c.GetResult(), Failure: c.GetFailure()}
+		cc := &aionv1.ChildClosed{Step: r.rec.ParentStep, Status: RunStatusProto(status), Result: c.GetResult(), Failure: c.GetFailure()}
 		if data, err := proto.Marshal(&aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_ChildClosed{ChildClosed: cc}}); err == nil {
 			r.post = append(r.post, store.RunEvent{Namespace: r.rec.Namespace, RunID: r.rec.ParentRunID, Data: data})
 		}
@@ -714,7 +714,7 @@ func (e *Engine) childClosedLocked(p *wfRun, child *wfRun, now time.Time) {
 	}
 	delete(p.steps, s.n)
 	e.appendLocked(p, now, &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_ChildClosed{ChildClosed: &aionv1.ChildClosed{
-		Step: s.n, Status: runStatusProto(child.rec.Status), Result: child.rec.Result, Failure: failureProto(child.rec.Failure)}}})
+		Step: s.n, Status: RunStatusProto(child.rec.Status), Result: child.rec.Result, Failure: failureProto(child.rec.Failure)}}})
 	e.flushLocked(p)
 	e.needTaskLocked(p)
 }
@@ -799,7 +799,8 @@ func runStatusOf(s aionv1.RunStatus) store.RunStatus {
 	return store.RunRunning
 }
 
-func runStatusProto(s store.RunStatus) aionv1.RunStatus {
+// RunStatusProto is the wire form of a run status.
+func RunStatusProto(s store.RunStatus) aionv1.RunStatus {
 	switch s {
 	case store.RunCompleted:
 		return aionv1.RunStatus_RUN_STATUS_COMPLETED

@@ -90,7 +90,7 @@ type runEventJSON struct {
 func runFrame(e events.Event) ([]byte, error) {
 	r := e.Run
 	run := &aionv1.Run{Namespace: r.Namespace, WorkflowId: r.WorkflowID, RunId: r.RunID, WorkflowType: r.WorkflowType,
-		TaskQueue: r.TaskQueue, Status: runStatusToProto(r.Status)}
+		TaskQueue: r.TaskQueue, Status: engine.RunStatusProto(r.Status)}
 	if e.Kind == events.RunStarted {
 		run.StartTime = ts(e.Time)
 	} else {

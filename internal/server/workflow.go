@@ -147,29 +147,10 @@ func runStatusFromProto(p aionv1.RunStatus) (store.RunStatus, error) {
 	return "", fmt.Errorf("status: %d is not a run status: %w", p, errInvalid)
 }
 
-// runStatusToProto is the wire form of a run status.
-func runStatusToProto(s store.RunStatus) aionv1.RunStatus {
-	switch s {
-	case store.RunRunning:
-		return aionv1.RunStatus_RUN_STATUS_RUNNING
-	case store.RunCompleted:
-		return aionv1.RunStatus_RUN_STATUS_COMPLETED
-	case store.RunFailed:
-		return aionv1.RunStatus_RUN_STATUS_FAILED
-	case store.RunCanceled:
-		return aionv1.RunStatus_RUN_STATUS_CANCELED
-	case store.RunTerminated:
-		return aionv1.RunStatus_RUN_STATUS_TERMINATED
-	case store.RunContinuedAsNew:
-		return aionv1.RunStatus_RUN_STATUS_CONTINUED_AS_NEW
-	}
-	return aionv1.RunStatus_RUN_STATUS_UNSPECIFIED
-}
-
 func runToProto(r store.Run, pending []engine.PendingStep) *aionv1.Run {
 	out := &aionv1.Run{
 		Namespace: r.Namespace, WorkflowId: r.WorkflowID, RunId: r.RunID, WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue,
-		BuildId: r.BuildID, Status: runStatusToProto(r.Status), Input: r.Input, Result: r.Result, Failure: failureToProto(r.Failure),
+		BuildId: r.BuildID, Status: engine.RunStatusProto(r.Status), Input: r.Input, Result: r.Result, Failure: failureToProto(r.Failure),
 		StartTime: ts(r.StartedAt), CloseTime: ts(r.ClosedAt), HistoryLength: r.HistoryLength, TaskFailure: r.TaskFailure,
 		ParentWorkflowId: r.ParentWorkflowID, ParentRunId: r.ParentRunID, NextRunId: r.NextRunID,
 	}
