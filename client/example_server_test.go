@@ -5,10 +5,26 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/aion-run/aion/internal/servertest"
 	"github.com/aion-run/aion/worker"
+	"github.com/aion-run/aion/workflow"
 )
+
+// exampleApproval greets, then waits durably for the "decision" signal.
+func exampleApproval(ctx workflow.Context, name string) (string, error) {
+	hello, err := workflow.ExecuteActivity[string](ctx, "greet", map[string]string{"name": name},
+		workflow.ActivityOptions{StartToCloseTimeout: time.Minute}).Get(ctx)
+	if err != nil {
+		return "", err
+	}
+	decision, err := workflow.ReceiveSignal[string](ctx, "decision")
+	if err != nil {
+		return "", err
+	}
+	return hello + ": " + decision, nil
+}
 
 // exampleServer starts, in this process, what the examples talk to: an
 // aion server on a loopback port with the embedded SQLite store in a
@@ -21,7 +37,8 @@ func exampleServer() (addr string, stop func()) {
 		Slots:      8,
 		Capabilities: []worker.Capability{worker.CapabilityInjectMessage, worker.CapabilityPauseResume,
 			worker.CapabilityUpdateBudget, worker.CapabilityCancel},
-		Logger: slog.New(slog.DiscardHandler),
+		Logger:  slog.New(slog.DiscardHandler),
+		BuildID: "example-1",
 	})
 	if err != nil {
 		panic(err)
@@ -38,6 +55,7 @@ func exampleServer() (addr string, stop func()) {
 		return len(strings.Fields(in)), nil
 	})
 	worker.RegisterActivity(w, "agent", exampleAgent)
+	worker.RegisterWorkflow(w, "approve", exampleApproval)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

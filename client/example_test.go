@@ -237,3 +237,41 @@ func ExampleClient_Intervene() {
 	// update_budget delivered to attempt 1
 	// [goal: fix the build user: focus on the failing test first]
 }
+
+// Start a durable workflow, signal it, and wait for its typed result. The
+// signal is in the run's history before Signal returns, so the run gets it
+// even if no worker is connected at that moment.
+func ExampleStartWorkflow() {
+	addr, stop := exampleServer()
+	defer stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	h, err := client.StartWorkflow(ctx, c, client.StartWorkflowOptions{
+		Namespace:    "demo",
+		WorkflowID:   "approval-7", // starting it again returns the same run
+		WorkflowType: "approve",
+	}, "Ada")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := h.Signal(ctx, "decision", "approved"); err != nil {
+		log.Fatal(err)
+	}
+	run, err := h.Wait(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := client.WorkflowResult[string](run)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(run.Status, out)
+	// Output: completed hello Ada: approved
+}
