@@ -434,11 +434,14 @@ func TestGlobalFlagsReachTheServer(t *testing.T) {
 func TestDemoWorkerRegistersWithItsFlags(t *testing.T) {
 	t.Parallel()
 	r := newCLIRig(t)
-	w := r.start(t, "worker", "demo", "--namespace", "a,b", "--task-queue", "q", "--node", "n1", "--slots", "3", "--identity", "me")
+	w := r.start(t, "worker", "demo", "--namespace", "a,b", "--task-queue", "q", "--node", "n1", "--slots", "3", "--identity", "me",
+		"--build-id", "b7", "--workflow-slots", "5")
 	got := r.srv.WaitForWorker(t, nil)
 	types := slices.Sorted(slices.Values(got.ActivityTypes))
 	if strings.Join(got.Namespaces, ",") != "a,b" || got.TaskQueue != "q" || got.Node != "n1" || got.Slots != 3 ||
-		strings.Join(types, ",") != "agent,echo,fail,sleep" || got.Capabilities.String() != "inject_message,cancel,pause_resume,update_budget" {
+		strings.Join(types, ",") != "agent,charge,echo,fail,notify,refund,release,reserve,ship,sleep,tool" ||
+		got.Capabilities.String() != "inject_message,cancel,pause_resume,update_budget" ||
+		strings.Join(got.WorkflowTypes, ",") != "agent,order" || got.BuildID != "b7" || got.WorkflowSlots != 5 {
 		t.Fatalf("the server registered %+v", got)
 	}
 	// A pinned activity reaches it through its node.
