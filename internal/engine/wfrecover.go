@@ -21,7 +21,8 @@ type WorkflowObserver interface {
 	// RunClosed: a run's close is durable; events is its history's length.
 	RunClosed(namespace string, status store.RunStatus, events int)
 	// TaskStarted: a workflow task was handed to a worker; replay is set
-	// when it carries the whole history, events counts what it carries.
+	// when it carries the whole history of a run that had run code before
+	// (the worker replays it), events counts what it carries.
 	TaskStarted(namespace string, replay bool, events int)
 	// TaskCompleted: a workflow task's commands were accepted.
 	TaskCompleted(namespace string)

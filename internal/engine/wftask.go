@@ -163,7 +163,7 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 	}
 	m[r.key()] = r
 	e.armRunLocked(e.now().Add(workflowTaskTimeout), r.key(), r.task, timerWorkflowTask)
-	e.obsWF.TaskStarted(r.rec.Namespace, from == 1, len(task.Events))
+	e.obsWF.TaskStarted(r.rec.Namespace, from == 1 && r.seen > 0, len(task.Events))
 	if s, ok := w.Delivery().(WorkflowTaskSender); ok {
 		// A failed send means the stream is closing; its departure
 		// gives the task to another worker.

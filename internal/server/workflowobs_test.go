@@ -59,7 +59,7 @@ func TestWorkflowMetricsCountRunsAndTasks(t *testing.T) {
 		`aion_workflow_tasks_completed_total{namespace="m"}`:                       3,
 		`aion_workflow_task_failures_total{namespace="m",type="nondeterministic"}`: 1,
 		`aion_workflow_task_failures_total{namespace="m",type="other"}`:            1,
-		`aion_workflow_replays_total{namespace="m"}`:                               5, // no task was sticky
+		`aion_workflow_replays_total{namespace="m"}`:                               1, // r-1's second task: whole history, code had run
 		`aion_workflow_task_events_count{namespace="m"}`:                           5,
 		`aion_workflow_task_events_sum{namespace="m"}`:                             8,
 		`aion_workflow_task_seconds_count{namespace="m"}`:                          5,
