@@ -161,6 +161,14 @@ func describeEvent(e *aionv1.ClusterEvent) string {
 				p.GetBacklog(), p.GetOldestAge().AsDuration().Round(1e6), p.GetWorkers(), p.GetSlotsFree()))
 		}
 		return head + "pools: " + strings.Join(parts, "; ")
+	case *aionv1.ClusterEvent_RunStarted:
+		r := ev.RunStarted.GetRun()
+		return head + fmt.Sprintf("run started: namespace=%s workflow=%s run=%s type=%s task_queue=%s",
+			r.GetNamespace(), r.GetWorkflowId(), r.GetRunId(), r.GetWorkflowType(), r.GetTaskQueue())
+	case *aionv1.ClusterEvent_RunClosed:
+		r := ev.RunClosed.GetRun()
+		return head + fmt.Sprintf("run closed: namespace=%s workflow=%s run=%s status=%s", r.GetNamespace(), r.GetWorkflowId(),
+			r.GetRunId(), strings.ToLower(strings.TrimPrefix(r.GetStatus().String(), "RUN_STATUS_")))
 	}
 	return head + "unknown event"
 }

@@ -9,6 +9,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/cluster"
+	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
@@ -164,10 +165,7 @@ func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreami
 			return status.FromContextError(err).Err()
 		}
 		e, ok := scopeEvent(caller, e)
-		if !ok || e.Run != nil {
-			// ClusterEvent has no run kinds yet: run events reach the
-			// HTTP event stream only, and a watcher sees a gap in the
-			// sequence, as for an event scoped away.
+		if !ok {
 			continue
 		}
 		if err := stream.Send(eventToProto(e, c.s)); err != nil {
@@ -215,8 +213,26 @@ func eventToProto(e events.Event, s *Server) *aionv1.ClusterEvent {
 		out.Event = &aionv1.ClusterEvent_PlacementChanged{PlacementChanged: &aionv1.PlacementChanged{Namespace: namespaceToProto(*e.Namespace)}}
 	case events.PoolStatsUpdated:
 		out.Event = &aionv1.ClusterEvent_PoolStats{PoolStats: &aionv1.PoolStatsUpdate{Pools: poolsToProto(e.Pools)}}
+	case events.RunStarted:
+		out.Event = &aionv1.ClusterEvent_RunStarted{RunStarted: &aionv1.RunStarted{Run: runEventToProto(e)}}
+	case events.RunClosed:
+		out.Event = &aionv1.ClusterEvent_RunClosed{RunClosed: &aionv1.RunClosed{Run: runEventToProto(e)}}
 	}
 	return out
+}
+
+// runEventToProto is the run a run event names, stamped with its start or
+// close time.
+func runEventToProto(e events.Event) *aionv1.Run {
+	r := e.Run
+	run := &aionv1.Run{Namespace: r.Namespace, WorkflowId: r.WorkflowID, RunId: r.RunID, WorkflowType: r.WorkflowType,
+		TaskQueue: r.TaskQueue, Status: engine.RunStatusProto(r.Status)}
+	if e.Kind == events.RunStarted {
+		run.StartTime = ts(e.Time)
+	} else {
+		run.CloseTime = ts(e.Time)
+	}
+	return run
 }
 
 // poolStats samples every pool with workers or waiting work.

@@ -376,13 +376,6 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // sseFrameOf is the SSE frame of e, or the error encoding it.
 func sseFrameOf(e events.Event, s *Server) any {
-	if e.Run != nil {
-		b, err := runFrame(e)
-		if err != nil {
-			return err
-		}
-		return b
-	}
 	b, err := sseEncode(string(e.Kind), eventToProto(e, s))
 	if err != nil {
 		return err

@@ -237,20 +237,33 @@ func TestEventStreamCarriesRunStartsAndClosesScopedByNamespace(t *testing.T) {
 		t.Errorf("run_closed = %v, want its close time", mineEvs[1].data)
 	}
 
-	// The gRPC watcher is sent no empty event for the runs: the next
-	// topology event it gets is the worker's.
+	// The gRPC watcher sees the same run events, in order, then the
+	// worker connecting.
+	var runIDs []string
 	w := b.as(t, "fleet-secret").mustConnect(t, &aionv1.Register{Namespaces: []string{"tenant-a"}, ActivityTypes: []string{"job"}})
 	for {
 		e := nextDelta(t, watch)
-		if e.GetEvent() == nil {
+		switch {
+		case e.GetEvent() == nil:
 			t.Fatalf("Watch sent an event without a kind: %v", e)
-		}
-		if e.GetNamespaceCreated() != nil {
+		case e.GetNamespaceCreated() != nil:
 			continue // the starts minted tenant-a and tenant-b
+		case e.GetRunStarted() != nil:
+			runIDs = append(runIDs, "started "+e.GetRunStarted().GetRun().GetWorkflowId())
+			continue
+		case e.GetRunClosed() != nil:
+			if e.GetRunClosed().GetRun().GetCloseTime() == nil {
+				t.Fatalf("run_closed without a close time: %v", e)
+			}
+			runIDs = append(runIDs, "closed "+e.GetRunClosed().GetRun().GetWorkflowId())
+			continue
 		}
 		if got := e.GetWorkerConnected().GetWorker().GetId(); got != w.id {
 			t.Fatalf("after the runs, Watch sent %v, want the new worker %d connecting", e, w.id)
 		}
 		break
+	}
+	if len(runIDs) != 4 {
+		t.Fatalf("Watch sent run events %v, want both runs started and closed", runIDs)
 	}
 }

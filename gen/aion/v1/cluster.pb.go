@@ -667,6 +667,8 @@ type ClusterEvent struct {
 	//	*ClusterEvent_NamespaceCreated
 	//	*ClusterEvent_PlacementChanged
 	//	*ClusterEvent_PoolStats
+	//	*ClusterEvent_RunStarted
+	//	*ClusterEvent_RunClosed
 	Event         isClusterEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -786,6 +788,24 @@ func (x *ClusterEvent) GetPoolStats() *PoolStatsUpdate {
 	return nil
 }
 
+func (x *ClusterEvent) GetRunStarted() *RunStarted {
+	if x != nil {
+		if x, ok := x.Event.(*ClusterEvent_RunStarted); ok {
+			return x.RunStarted
+		}
+	}
+	return nil
+}
+
+func (x *ClusterEvent) GetRunClosed() *RunClosed {
+	if x != nil {
+		if x, ok := x.Event.(*ClusterEvent_RunClosed); ok {
+			return x.RunClosed
+		}
+	}
+	return nil
+}
+
 type isClusterEvent_Event interface {
 	isClusterEvent_Event()
 }
@@ -825,6 +845,17 @@ type ClusterEvent_PoolStats struct {
 	PoolStats *PoolStatsUpdate `protobuf:"bytes,9,opt,name=pool_stats,json=poolStats,proto3,oneof"`
 }
 
+type ClusterEvent_RunStarted struct {
+	// A workflow run started (its start is durable). News, not topology: a snapshot holds no
+	// runs.
+	RunStarted *RunStarted `protobuf:"bytes,10,opt,name=run_started,json=runStarted,proto3,oneof"`
+}
+
+type ClusterEvent_RunClosed struct {
+	// A workflow run closed (its close is durable).
+	RunClosed *RunClosed `protobuf:"bytes,11,opt,name=run_closed,json=runClosed,proto3,oneof"`
+}
+
 func (*ClusterEvent_Snapshot) isClusterEvent_Event() {}
 
 func (*ClusterEvent_WorkerConnected) isClusterEvent_Event() {}
@@ -838,6 +869,102 @@ func (*ClusterEvent_NamespaceCreated) isClusterEvent_Event() {}
 func (*ClusterEvent_PlacementChanged) isClusterEvent_Event() {}
 
 func (*ClusterEvent_PoolStats) isClusterEvent_Event() {}
+
+func (*ClusterEvent_RunStarted) isClusterEvent_Event() {}
+
+func (*ClusterEvent_RunClosed) isClusterEvent_Event() {}
+
+// RunStarted reports a new run: its ids, type, task queue, status RUNNING and start time.
+type RunStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, without input, result or pending steps.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStarted) Reset() {
+	*x = RunStarted{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStarted) ProtoMessage() {}
+
+func (x *RunStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
+func (*RunStarted) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RunStarted) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// RunClosed reports a run's close: its ids, type, task queue, status and close time.
+type RunClosed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, without input, result or pending steps.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunClosed) Reset() {
+	*x = RunClosed{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunClosed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunClosed) ProtoMessage() {}
+
+func (x *RunClosed) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunClosed.ProtoReflect.Descriptor instead.
+func (*RunClosed) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RunClosed) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
 
 // ClusterSnapshot is the whole topology at one sequence.
 type ClusterSnapshot struct {
@@ -854,7 +981,7 @@ type ClusterSnapshot struct {
 
 func (x *ClusterSnapshot) Reset() {
 	*x = ClusterSnapshot{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +993,7 @@ func (x *ClusterSnapshot) String() string {
 func (*ClusterSnapshot) ProtoMessage() {}
 
 func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1006,7 @@ func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSnapshot.ProtoReflect.Descriptor instead.
 func (*ClusterSnapshot) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterSnapshot) GetWorkers() []*Worker {
@@ -914,7 +1041,7 @@ type WorkerConnected struct {
 
 func (x *WorkerConnected) Reset() {
 	*x = WorkerConnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1053,7 @@ func (x *WorkerConnected) String() string {
 func (*WorkerConnected) ProtoMessage() {}
 
 func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1066,7 @@ func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerConnected.ProtoReflect.Descriptor instead.
 func (*WorkerConnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerConnected) GetWorker() *Worker {
@@ -960,7 +1087,7 @@ type WorkerDraining struct {
 
 func (x *WorkerDraining) Reset() {
 	*x = WorkerDraining{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1099,7 @@ func (x *WorkerDraining) String() string {
 func (*WorkerDraining) ProtoMessage() {}
 
 func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1112,7 @@ func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDraining.ProtoReflect.Descriptor instead.
 func (*WorkerDraining) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerDraining) GetWorkerId() uint64 {
@@ -1010,7 +1137,7 @@ type WorkerDisconnected struct {
 
 func (x *WorkerDisconnected) Reset() {
 	*x = WorkerDisconnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1149,7 @@ func (x *WorkerDisconnected) String() string {
 func (*WorkerDisconnected) ProtoMessage() {}
 
 func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1162,7 @@ func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDisconnected.ProtoReflect.Descriptor instead.
 func (*WorkerDisconnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerDisconnected) GetWorkerId() uint64 {
@@ -1070,7 +1197,7 @@ type NamespaceCreated struct {
 
 func (x *NamespaceCreated) Reset() {
 	*x = NamespaceCreated{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1209,7 @@ func (x *NamespaceCreated) String() string {
 func (*NamespaceCreated) ProtoMessage() {}
 
 func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1222,7 @@ func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCreated.ProtoReflect.Descriptor instead.
 func (*NamespaceCreated) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NamespaceCreated) GetNamespace() *Namespace {
@@ -1116,7 +1243,7 @@ type PlacementChanged struct {
 
 func (x *PlacementChanged) Reset() {
 	*x = PlacementChanged{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1255,7 @@ func (x *PlacementChanged) String() string {
 func (*PlacementChanged) ProtoMessage() {}
 
 func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1268,7 @@ func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementChanged.ProtoReflect.Descriptor instead.
 func (*PlacementChanged) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlacementChanged) GetNamespace() *Namespace {
@@ -1164,7 +1291,7 @@ type PoolStatsUpdate struct {
 
 func (x *PoolStatsUpdate) Reset() {
 	*x = PoolStatsUpdate{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1303,7 @@ func (x *PoolStatsUpdate) String() string {
 func (*PoolStatsUpdate) ProtoMessage() {}
 
 func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1316,7 @@ func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatsUpdate.ProtoReflect.Descriptor instead.
 func (*PoolStatsUpdate) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PoolStatsUpdate) GetPools() []*PoolStats {
@@ -1203,7 +1330,7 @@ var File_aion_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
+	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
@@ -1246,7 +1373,7 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\x13DrainWorkerResponse\x12'\n" +
 	"\x06worker\x18\x01 \x01(\v2\x0f.aion.v1.WorkerR\x06worker\"5\n" +
 	"\fWatchRequest\x12%\n" +
-	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xc5\x04\n" +
+	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xb2\x05\n" +
 	"\fClusterEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x126\n" +
@@ -1257,8 +1384,18 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\x11namespace_created\x18\a \x01(\v2\x19.aion.v1.NamespaceCreatedH\x00R\x10namespaceCreated\x12H\n" +
 	"\x11placement_changed\x18\b \x01(\v2\x19.aion.v1.PlacementChangedH\x00R\x10placementChanged\x129\n" +
 	"\n" +
-	"pool_stats\x18\t \x01(\v2\x18.aion.v1.PoolStatsUpdateH\x00R\tpoolStatsB\a\n" +
-	"\x05event\"\x9a\x01\n" +
+	"pool_stats\x18\t \x01(\v2\x18.aion.v1.PoolStatsUpdateH\x00R\tpoolStats\x126\n" +
+	"\vrun_started\x18\n" +
+	" \x01(\v2\x13.aion.v1.RunStartedH\x00R\n" +
+	"runStarted\x123\n" +
+	"\n" +
+	"run_closed\x18\v \x01(\v2\x12.aion.v1.RunClosedH\x00R\trunClosedB\a\n" +
+	"\x05event\",\n" +
+	"\n" +
+	"RunStarted\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\"+\n" +
+	"\tRunClosed\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\"\x9a\x01\n" +
 	"\x0fClusterSnapshot\x12)\n" +
 	"\aworkers\x18\x01 \x03(\v2\x0f.aion.v1.WorkerR\aworkers\x122\n" +
 	"\n" +
@@ -1310,7 +1447,7 @@ func file_aion_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_aion_v1_cluster_proto_goTypes = []any{
 	(WorkerState)(0),              // 0: aion.v1.WorkerState
 	(DisconnectReason)(0),         // 1: aion.v1.DisconnectReason
@@ -1322,53 +1459,60 @@ var file_aion_v1_cluster_proto_goTypes = []any{
 	(*DrainWorkerResponse)(nil),   // 7: aion.v1.DrainWorkerResponse
 	(*WatchRequest)(nil),          // 8: aion.v1.WatchRequest
 	(*ClusterEvent)(nil),          // 9: aion.v1.ClusterEvent
-	(*ClusterSnapshot)(nil),       // 10: aion.v1.ClusterSnapshot
-	(*WorkerConnected)(nil),       // 11: aion.v1.WorkerConnected
-	(*WorkerDraining)(nil),        // 12: aion.v1.WorkerDraining
-	(*WorkerDisconnected)(nil),    // 13: aion.v1.WorkerDisconnected
-	(*NamespaceCreated)(nil),      // 14: aion.v1.NamespaceCreated
-	(*PlacementChanged)(nil),      // 15: aion.v1.PlacementChanged
-	(*PoolStatsUpdate)(nil),       // 16: aion.v1.PoolStatsUpdate
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(InterventionPrimitive)(0),    // 18: aion.v1.InterventionPrimitive
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*Namespace)(nil),             // 20: aion.v1.Namespace
+	(*RunStarted)(nil),            // 10: aion.v1.RunStarted
+	(*RunClosed)(nil),             // 11: aion.v1.RunClosed
+	(*ClusterSnapshot)(nil),       // 12: aion.v1.ClusterSnapshot
+	(*WorkerConnected)(nil),       // 13: aion.v1.WorkerConnected
+	(*WorkerDraining)(nil),        // 14: aion.v1.WorkerDraining
+	(*WorkerDisconnected)(nil),    // 15: aion.v1.WorkerDisconnected
+	(*NamespaceCreated)(nil),      // 16: aion.v1.NamespaceCreated
+	(*PlacementChanged)(nil),      // 17: aion.v1.PlacementChanged
+	(*PoolStatsUpdate)(nil),       // 18: aion.v1.PoolStatsUpdate
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(InterventionPrimitive)(0),    // 20: aion.v1.InterventionPrimitive
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*Run)(nil),                   // 22: aion.v1.Run
+	(*Namespace)(nil),             // 23: aion.v1.Namespace
 }
 var file_aion_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: aion.v1.Worker.state:type_name -> aion.v1.WorkerState
-	17, // 1: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
-	17, // 2: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	18, // 3: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
-	19, // 4: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
+	19, // 1: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
+	19, // 2: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	20, // 3: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
+	21, // 4: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
 	2,  // 5: aion.v1.ListWorkersResponse.workers:type_name -> aion.v1.Worker
 	2,  // 6: aion.v1.DrainWorkerResponse.worker:type_name -> aion.v1.Worker
-	17, // 7: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 8: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
-	11, // 9: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
-	12, // 10: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
-	13, // 11: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
-	14, // 12: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
-	15, // 13: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
-	16, // 14: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
-	2,  // 15: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
-	20, // 16: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
-	3,  // 17: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
-	2,  // 18: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
-	1,  // 19: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
-	20, // 20: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
-	20, // 21: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
-	3,  // 22: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
-	4,  // 23: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
-	6,  // 24: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
-	8,  // 25: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
-	5,  // 26: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
-	7,  // 27: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
-	9,  // 28: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
-	26, // [26:29] is the sub-list for method output_type
-	23, // [23:26] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 7: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	12, // 8: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
+	13, // 9: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
+	14, // 10: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
+	15, // 11: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
+	16, // 12: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
+	17, // 13: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
+	18, // 14: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
+	10, // 15: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
+	11, // 16: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
+	22, // 17: aion.v1.RunStarted.run:type_name -> aion.v1.Run
+	22, // 18: aion.v1.RunClosed.run:type_name -> aion.v1.Run
+	2,  // 19: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
+	23, // 20: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
+	3,  // 21: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
+	2,  // 22: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
+	1,  // 23: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
+	23, // 24: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
+	23, // 25: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
+	3,  // 26: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
+	4,  // 27: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
+	6,  // 28: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
+	8,  // 29: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
+	5,  // 30: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
+	7,  // 31: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
+	9,  // 32: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
+	30, // [30:33] is the sub-list for method output_type
+	27, // [27:30] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_cluster_proto_init() }
@@ -1378,6 +1522,7 @@ func file_aion_v1_cluster_proto_init() {
 	}
 	file_aion_v1_intervention_proto_init()
 	file_aion_v1_namespace_proto_init()
+	file_aion_v1_workflow_proto_init()
 	file_aion_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{
 		(*ClusterEvent_Snapshot)(nil),
 		(*ClusterEvent_WorkerConnected)(nil),
@@ -1386,6 +1531,8 @@ func file_aion_v1_cluster_proto_init() {
 		(*ClusterEvent_NamespaceCreated)(nil),
 		(*ClusterEvent_PlacementChanged)(nil),
 		(*ClusterEvent_PoolStats)(nil),
+		(*ClusterEvent_RunStarted)(nil),
+		(*ClusterEvent_RunClosed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1393,7 +1540,7 @@ func file_aion_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_cluster_proto_rawDesc), len(file_aion_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
