@@ -21,7 +21,7 @@ func ordered(p bench.Percentiles) bool {
 // Small runs of the workflow mode, closed and open loop, against the
 // in-process server and against a running one: every workflow completes,
 // each of its steps counts, and every step but the first has a gap.
-func TestWorkflowModeCompletesEveryWorkflowAndMeasuresTheGapBetweenSteps(t *testing.T) {
+func TestBenchWorkflowModeCompletesEveryWorkflowAndMeasuresTheGapBetweenSteps(t *testing.T) {
 	t.Parallel()
 	const workflows, steps = 6, 3
 	tests := []struct {
@@ -71,7 +71,7 @@ func TestWorkflowModeCompletesEveryWorkflowAndMeasuresTheGapBetweenSteps(t *test
 // The fan-out's workflow starts its activities at once: the first ones
 // wait for each other on the workers' slots, which activities started one
 // after the other never could.
-func TestFanoutStartsEveryActivityAtOnceAndWaitsForAll(t *testing.T) {
+func TestBenchFanoutStartsEveryActivityAtOnceAndWaitsForAll(t *testing.T) {
 	t.Parallel()
 	const fanout, together = 20, 6 // together: the workers' slots, 2 × 3
 	var mu sync.Mutex
@@ -116,7 +116,7 @@ func TestFanoutStartsEveryActivityAtOnceAndWaitsForAll(t *testing.T) {
 // Workflows that do not complete are errors, never completions: a type no
 // worker serves (bounded by Timeout), a step that fails, some activities of
 // a fan-out that fail.
-func TestWorkflowModesCountWhatDidNotCompleteAsErrors(t *testing.T) {
+func TestBenchWorkflowModesCountWhatDidNotCompleteAsErrors(t *testing.T) {
 	t.Parallel()
 	failStep := func(ctx context.Context, info worker.ActivityInfo) error {
 		if info.Step%2 == 0 {
@@ -192,7 +192,7 @@ func TestWorkflowModesCountWhatDidNotCompleteAsErrors(t *testing.T) {
 // A PostgreSQL store makes every server a cluster member, which does not
 // start workflows yet: the bench reports each refused start with the
 // server's reason, at once.
-func TestWorkflowModeReportsTheRefusalOfAClusterAtOnce(t *testing.T) {
+func TestBenchWorkflowModeReportsTheRefusalOfAClusterAtOnce(t *testing.T) {
 	t.Parallel()
 	o := bench.Defaults()
 	o.Workflows, o.Workers, o.Slots, o.Concurrency = 4, 1, 2, 2
