@@ -2,10 +2,10 @@
 // durable commits, workers and schedulers in one process. It starts its own
 // server unless given the address of a running one.
 //
-// The bench's workers speak the worker protocol directly, so the figures
-// measure the server and the wire rather than a handler framework: each
-// worker completes a task as soon as it arrives and counts it done when the
-// server acknowledges the durable result.
+// In the activity mode the bench's workers speak the worker protocol
+// directly, so the figures measure the server and the wire rather than a
+// handler framework: each worker completes a task as soon as it arrives and
+// counts it done when the server acknowledges the durable result.
 //
 // Load. With a rate the run is an open loop: call k is due at
 // start + k·max(batch, 1)/rate and is sent then on its own goroutine,
@@ -36,6 +36,27 @@
 // the same scheduled_time, and in a cluster the two instants may be read by
 // two servers. (The server's metric aion_schedule_to_start_seconds starts
 // later, when the attempt became ready after the commit.)
+//
+// Workflows. With Options.Workflows the run starts that many workflows of
+// the bench's own type, each running Options.Steps activities one after
+// the other; with Options.Fanout it starts one workflow that starts that
+// many activities in one workflow task and waits for all of them. SDK
+// workers (package worker) serve both the workflows and their step
+// activities, which return their input at once. The load is the activity
+// mode's, per workflow: an open loop starts workflow k at start + k/Rate
+// whatever is still open, a closed loop has Concurrency goroutines that each
+// start their next workflow when their previous one closed. A workflow
+// completes when the bench learns, from the server, that its run closed
+// completed; a refused start and a run that closed otherwise are errors.
+// End-to-end runs from a workflow's intended start to that moment. The step
+// gap is measured inside the bench's workers, by run id and step: from a
+// step's activity returning its result to the next step's activity
+// starting, so it covers the result's commit, the workflow task that takes
+// the next step, and that step's scheduling and dispatch.
+//
+// Timeout. With Options.Timeout the run ends when it passes: whatever has
+// not completed by then is an error, and the timeout is the first error
+// unless one came before it.
 package bench
 
 import (
@@ -52,7 +73,9 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/worker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -61,26 +84,46 @@ import (
 type Options struct {
 	// Address of a running server; empty starts one in this process.
 	Address string
-	// Activities to schedule in all.
+	// Activities to schedule in all (the activity mode).
 	Activities int
+	// Workflows, above 0, selects the workflow mode: this many runs of the
+	// bench's own workflow, each of Steps sequential activities.
+	Workflows int
+	// Steps is the number of sequential activities of each workflow of the
+	// workflow mode (at least 1).
+	Steps int
+	// Fanout, above 0, selects the fan-out mode: one workflow that starts
+	// this many activities at once and waits for all of them.
+	Fanout int
 	// Workers connected, each with Slots slots.
 	Workers, Slots int
-	// Concurrency is the number of scheduling goroutines of a closed-loop
-	// run (Rate 0): each sends its next call when its previous one returned.
-	// An open-loop run (Rate above 0) does not use it.
+	// Concurrency is the number of goroutines of a closed-loop run (Rate
+	// 0). In the activity mode each sends its next call when its previous
+	// one returned; in the workflow mode each starts its next workflow
+	// when its previous one closed. An open-loop run (Rate above 0) and
+	// the fan-out mode do not use it.
 	Concurrency int
 	// Payload is the size of each activity's input in bytes (at least 8).
+	// In the workflow modes it is the size of each step's JSON input, which
+	// the step returns as its result.
 	Payload int
 	// Batch schedules this many activities per ScheduleBatch call; 0 uses
-	// unary Schedule.
+	// unary Schedule. The activity mode only.
 	Batch int
-	// Rate, above 0, is the offered load in activities per second of an
-	// open-loop run: call k (of max(Batch, 1) activities) is due at
-	// start + k·max(Batch, 1)/Rate and is sent then on its own goroutine,
-	// however many earlier calls are still outstanding; a call the bench
-	// itself sends late goes out at once and still counts from its due
-	// time. 0 is a closed loop, as fast as Concurrency goroutines go.
+	// Rate, above 0, is the offered load of an open-loop run. In the
+	// activity mode it is in activities per second: call k (of
+	// max(Batch, 1) activities) is due at start + k·max(Batch, 1)/Rate. In
+	// the workflow mode it is in workflows per second: workflow k is due at
+	// start + k/Rate. Each is sent then on its own goroutine, however many
+	// earlier ones are still outstanding; one the bench itself sends late
+	// goes out at once and still counts from its due time. 0 is a closed
+	// loop, as fast as Concurrency goroutines go. The fan-out mode takes
+	// no rate.
 	Rate float64
+	// Timeout, above 0, bounds the run: when it passes, whatever has not
+	// completed is counted as an error and the run ends. 0 waits as long as
+	// the run takes.
+	Timeout time.Duration
 	// Namespace and TaskQueue the run uses.
 	Namespace, TaskQueue string
 	// SQLiteSync is the synchronous mode of an in-process server.
@@ -94,10 +137,28 @@ type Options struct {
 	Servers int
 	// Progress receives a progress bar when it is a terminal; nil for none.
 	Progress io.Writer
-	// Log receives the in-process server's log; nil discards it.
+	// Log receives the in-process server's log (and the workflow modes'
+	// SDK workers' log); nil discards it.
 	Log *slog.Logger
 
 	hooks hooks
+}
+
+// The modes of a run, as Report.Mode names them.
+const (
+	ModeActivities = "activities"
+	ModeWorkflows  = "workflows"
+	ModeFanout     = "fanout"
+)
+
+func (o *Options) mode() string {
+	switch {
+	case o.Workflows > 0:
+		return ModeWorkflows
+	case o.Fanout > 0:
+		return ModeFanout
+	}
+	return ModeActivities
 }
 
 // hooks let this package's tests pace a run and watch it; each nil hook
@@ -115,71 +176,125 @@ type hooks struct {
 	// hold runs in a bench worker before it completes a task: a stand-in
 	// for activity code that takes time.
 	hold func(ctx context.Context, t *aionv1.ActivityTask)
+	// step runs in a workflow mode's step activity before it returns; an
+	// error it returns fails the attempt.
+	step func(ctx context.Context, info worker.ActivityInfo) error
+	// workflowType, when set, is the type the workflow modes start instead
+	// of the bench's own (which its workers still register).
+	workflowType string
 }
 
 // Percentiles summarise a latency distribution in milliseconds.
 type Percentiles struct {
 	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
 }
 
-// Report is the outcome of one run.
+// Report is the outcome of one run. Every mode fills the same fields; the
+// documentation of each says what it counts in the workflow modes.
 type Report struct {
-	// Activities is how many activities completed: a bench worker ran them
-	// and the server acknowledged the result as durable. Scheduled is how
-	// many the run set out to schedule.
+	// Mode is "activities", "workflows" or "fanout".
+	Mode string `json:"mode"`
+	// Activities is how many activities completed. In the activity mode: a
+	// bench worker ran them and the server acknowledged the result as
+	// durable. In the workflow mode: the steps of the completed workflows
+	// (Steps each). In the fan-out mode: the activities the completed
+	// workflow saw complete. Scheduled is how many the run set out to
+	// schedule (Workflows·Steps, or Fanout, in the workflow modes).
 	Activities int     `json:"activities"`
 	Scheduled  int     `json:"scheduled"`
 	Seconds    float64 `json:"seconds"`
 	// PerSec is Activities / Seconds: completions only, never failures.
 	PerSec float64 `json:"per_sec"`
-	// Errors counts the activities that did not complete: every activity of
-	// a call that failed, every refused batch item, every result the server
-	// refused. FirstError is the first such error's text.
+	// Errors counts what did not complete. In the activity and fan-out
+	// modes, activities: every activity of a call that failed, every
+	// refused batch item, every result the server refused, every activity
+	// of a fan-out whose workflow did not complete. In the workflow mode,
+	// workflows: every start the server refused and every run that closed
+	// other than completed. With Timeout, everything not completed when it
+	// passed counts too. FirstError is the first such error's text.
 	Errors     int    `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
-	// Calls is the number of Schedule or ScheduleBatch calls sent;
-	// MaxInFlight the most that were outstanding at once (issued, not yet
-	// answered): a server that cannot keep up with an open loop shows it
-	// here.
+	// Calls is the number of Schedule or ScheduleBatch calls sent (in the
+	// workflow modes, workflow starts); MaxInFlight the most that were
+	// outstanding at once (issued, not yet answered; in the workflow modes,
+	// started and not yet seen closed): a server that cannot keep up with
+	// an open loop shows it here.
 	Calls       int `json:"calls"`
 	MaxInFlight int `json:"max_in_flight"`
 	// ScheduleToStart is measured by the server: started_time minus
 	// scheduled_time of each task a bench worker receives (see the package
-	// documentation of bench for the instants).
+	// documentation of bench for the instants). In the workflow modes, of
+	// each step activity attempt of the run's workflows.
 	ScheduleToStart Percentiles `json:"schedule_to_start_ms"`
 	// EndToEnd runs from each call's intended start to the bench worker
 	// receiving the acknowledgement that the activity's result is durable,
-	// over completed activities.
+	// over completed activities. In the workflow modes it runs from each
+	// workflow's intended start to the bench learning that the run closed,
+	// over completed workflows.
 	EndToEnd Percentiles `json:"end_to_end_ms"`
 	// EndToEndTrend is the median EndToEnd of each tenth of the completed
-	// activities, in order of intended start: flat when the server keeps
-	// up, growing when a backlog builds.
+	// activities (workflows, in the workflow modes), in order of intended
+	// start: flat when the server keeps up, growing when a backlog builds.
 	EndToEndTrend []float64 `json:"end_to_end_p50_by_tenth_ms"`
-	Workers       int       `json:"workers"`
-	Slots         int       `json:"slots"`
-	// Concurrency is the closed loop's scheduling goroutines; 0 in an
-	// open-loop run, which does not use them.
+	// Workflows is how many workflow runs completed, WorkflowsPlanned how
+	// many the run set out to start (Workflows, or 1 in the fan-out mode;
+	// 0 in the activity mode), WorkflowsPerSec Workflows / Seconds.
+	Workflows        int     `json:"workflows"`
+	WorkflowsPlanned int     `json:"workflows_planned"`
+	WorkflowsPerSec  float64 `json:"workflows_per_sec"`
+	// Steps is the activities per workflow of the workflow mode; Fanout the
+	// activities of the fan-out mode's workflow.
+	Steps  int `json:"steps"`
+	Fanout int `json:"fanout"`
+	// StepGap runs, within one completed workflow of the workflow mode,
+	// from a step's activity returning on a bench worker to the next
+	// step's activity starting on a bench worker: the server recording the
+	// result, the workflow task that decides the next step, and scheduling
+	// and dispatching it. StepGaps counts the gaps measured: Steps-1 per
+	// completed workflow.
+	StepGap  Percentiles `json:"step_gap_ms"`
+	StepGaps int         `json:"step_gaps"`
+	Workers  int         `json:"workers"`
+	Slots    int         `json:"slots"`
+	// Concurrency is the closed loop's goroutines; 0 in an open-loop run
+	// and in the fan-out mode, which do not use them.
 	Concurrency int     `json:"concurrency"`
 	Batch       int     `json:"batch"`
 	Payload     int     `json:"payload"`
 	Rate        float64 `json:"rate"`
-	Server      string  `json:"server"`
-	Servers     int     `json:"servers"`
-	SQLiteSync  string  `json:"sqlite_sync,omitempty"`
+	// TimeoutSeconds is Options.Timeout; 0 for none.
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Server         string  `json:"server"`
+	Servers        int     `json:"servers"`
+	SQLiteSync     string  `json:"sqlite_sync,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
 func Defaults() Options {
-	return Options{Activities: 20000, Workers: 4, Slots: 64, Concurrency: 8, Payload: 64, Batch: 0,
+	return Options{Activities: 20000, Steps: 3, Workers: 4, Slots: 64, Concurrency: 8, Payload: 64, Batch: 0,
 		Namespace: "bench", TaskQueue: "bench", SQLiteSync: "full", Servers: 1}
 }
 
+// fanoutOverhead is a generous bound on what one activity command adds to
+// a workflow task result beyond its input.
+const fanoutOverhead = 256
+
 func (o *Options) validate() error {
+	workflows := o.Workflows > 0 || o.Fanout > 0
 	switch {
-	case o.Activities < 1:
+	case o.Workflows < 0:
+		return fmt.Errorf("--workflows: %d, want at least 1 (or 0 for the activity mode)", o.Workflows)
+	case o.Fanout < 0:
+		return fmt.Errorf("--fanout: %d, want at least 1 (or 0 for no fan-out)", o.Fanout)
+	case o.Workflows > 0 && o.Fanout > 0:
+		return fmt.Errorf("--fanout: %d cannot be combined with --workflows %d; choose one mode", o.Fanout, o.Workflows)
+	case !workflows && o.Activities < 1:
 		return fmt.Errorf("--activities: %d, want at least 1", o.Activities)
+	case o.Workflows > 0 && o.Steps < 1:
+		return fmt.Errorf("--steps: %d, want at least 1", o.Steps)
 	case o.Workers < 1:
 		return fmt.Errorf("--workers: %d, want at least 1", o.Workers)
 	case o.Slots < 1:
@@ -190,8 +305,17 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--payload: %d bytes, want 8 to %d", o.Payload, 2<<20)
 	case o.Batch < 0 || o.Batch > 1000:
 		return fmt.Errorf("--batch: %d, want 0 (unary) to 1000", o.Batch)
+	case workflows && o.Batch != 0:
+		return fmt.Errorf("--batch: %d applies to the activity mode only; the workflow modes schedule through their workflows", o.Batch)
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
-		return fmt.Errorf("--rate: %v, want 0 (closed loop) or a positive number of activities per second", o.Rate)
+		return fmt.Errorf("--rate: %v, want 0 (closed loop) or a positive number of activities (workflows with --workflows) per second", o.Rate)
+	case o.Fanout > 0 && o.Rate > 0:
+		return fmt.Errorf("--rate: %v does not apply to --fanout, which starts one workflow", o.Rate)
+	case o.Fanout > 0 && o.Fanout*(o.Payload+fanoutOverhead) > limit.Message:
+		return fmt.Errorf("--fanout: %d activities with --payload %d do not fit in one workflow task result of at most %d bytes; lower either",
+			o.Fanout, o.Payload, limit.Message)
+	case o.Timeout < 0:
+		return fmt.Errorf("--timeout: %v, want 0 (none) or a positive duration", o.Timeout)
 	case o.Servers < 1:
 		return fmt.Errorf("--servers: %d, want at least 1", o.Servers)
 	case o.Servers > 1 && o.Address != "":
@@ -203,15 +327,15 @@ func (o *Options) validate() error {
 }
 
 // Run performs one bench run. It returns the report with an error when the
-// run was interrupted or when any activity did not complete (the report
-// then counts them in Errors).
+// run was interrupted or when anything did not complete (the report then
+// counts it in Errors).
 func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Scheduled: o.Activities, Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency,
-		Batch: o.Batch, Payload: o.Payload, Rate: o.Rate, Server: o.Address}
-	if o.Rate > 0 {
+	rep := Report{Mode: o.mode(), Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency,
+		Batch: o.Batch, Payload: o.Payload, Rate: o.Rate, TimeoutSeconds: o.Timeout.Seconds(), Server: o.Address}
+	if o.Rate > 0 || o.Fanout > 0 {
 		rep.Concurrency = 0
 	}
 	addrs := []string{o.Address}
@@ -245,7 +369,25 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.Servers = len(addrs)
 
-	run := &runner{o: o, total: int64(o.Activities), allDone: make(chan struct{}),
+	var conns []*grpc.ClientConn
+	for _, addr := range addrs {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return Report{}, err
+		}
+		defer cc.Close()
+		conns = append(conns, cc)
+	}
+	if rep.Mode != ModeActivities {
+		return runWorkflows(ctx, o, addrs, conns, rep)
+	}
+	return runActivities(ctx, o, addrs, conns, rep)
+}
+
+// runActivities is the activity mode.
+func runActivities(ctx context.Context, o Options, addrs []string, conns []*grpc.ClientConn, rep Report) (Report, error) {
+	rep.Scheduled = o.Activities
+	run := &runner{o: o, tally: newTally(int64(o.Activities)),
 		settled: make(map[string]bool, o.Activities),
 		toStart: make([]time.Duration, 0, o.Activities), endToEnd: make([]sample, 0, o.Activities)}
 	wctx, stopWorkers := context.WithCancel(ctx)
@@ -264,42 +406,41 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 
 	var clients []aionv1.ActivityServiceClient
-	for _, addr := range addrs {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return Report{}, err
-		}
-		defer cc.Close()
+	for _, cc := range conns {
 		clients = append(clients, aionv1.NewActivityServiceClient(cc))
 	}
 
 	if o.hooks.started != nil {
 		o.hooks.started()
 	}
+	runCtx, stopRun := run.withTimeout(ctx, o.Timeout)
+	defer stopRun()
 	start := time.Now()
-	stopProgress := run.progress(o.Progress, start)
+	stopProgress := progress(o.Progress, start, "activities", run.counts)
 	if o.Rate > 0 {
-		run.openLoop(ctx, clients, start)
+		run.openLoop(runCtx, clients, start)
 	} else {
-		run.closedLoop(ctx, clients)
+		run.closedLoop(runCtx, clients)
 	}
 	select {
 	case <-run.allDone:
-	case <-ctx.Done():
+	case <-runCtx.Done():
 	}
 	elapsed := time.Since(start)
 	stopProgress()
 	stopWorkers()
 	wg.Wait()
+	stopRun()
 
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	run.countMissing()
 	done := int(run.completed.Load())
 	rep.Activities = done
 	rep.Seconds = elapsed.Seconds()
 	rep.PerSec = float64(done) / elapsed.Seconds()
 	rep.Errors = int(run.errors.Load())
-	if run.firstErr != nil {
+	if rep.Errors > 0 && run.firstErr != nil {
 		rep.FirstError = run.firstErr.Error()
 	}
 	rep.Calls = int(run.calls.Load())
@@ -320,17 +461,18 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	return rep, nil
 }
 
-// sample is one completed activity's end-to-end latency and the intended
-// start it runs from.
+// sample is one completed activity's (or workflow's) end-to-end latency
+// and the intended start it runs from.
 type sample struct {
 	due     time.Time
 	latency time.Duration
 }
 
-type runner struct {
-	o     Options
+// tally is what every mode counts: outcomes against a total, calls in
+// flight, the first error, and the run's timeout.
+type tally struct {
 	total int64
-	// claimed counts activities handed to calls; outcomes counts those
+	// claimed counts units handed to calls; outcomes counts those
 	// completed or failed, and the run ends when it reaches total.
 	claimed     atomic.Int64
 	outcomes    atomic.Int64
@@ -342,13 +484,173 @@ type runner struct {
 	allDone     chan struct{}
 	doneOnce    sync.Once
 
-	mu sync.Mutex
-	// settled holds the activities already counted, completed or refused,
-	// so a later attempt of one (after a worker was lost) counts once.
+	mu       sync.Mutex
+	firstErr error
+	// timedOut is set when Options.Timeout passed, before anything was
+	// canceled for it.
+	timedOut bool
+}
+
+func newTally(total int64) tally {
+	return tally{total: total, allDone: make(chan struct{})}
+}
+
+// withTimeout returns a context for the run that ends after d (never when
+// d is 0). When d passes, the timeout becomes the first error unless one
+// came before, and only then is the context canceled, so calls it cuts
+// short do not take that place. stop, which may be called more than once,
+// releases it and waits for a timeout that has begun to finish.
+func (t *tally) withTimeout(ctx context.Context, d time.Duration) (_ context.Context, stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	if d <= 0 {
+		return rctx, cancel
+	}
+	fired := make(chan struct{})
+	timer := time.AfterFunc(d, func() {
+		defer close(fired)
+		if t.outcomes.Load() >= t.total {
+			return // finished just in time
+		}
+		t.mu.Lock()
+		t.timedOut = true
+		if t.firstErr == nil {
+			t.firstErr = fmt.Errorf("not finished within --timeout %v", d)
+		}
+		t.mu.Unlock()
+		cancel()
+	})
+	return rctx, sync.OnceFunc(func() {
+		if !timer.Stop() {
+			<-fired
+		}
+		cancel()
+	})
+}
+
+// countMissing counts as errors the units that had no outcome when the
+// timeout passed. Callers hold t.mu, after every call and worker ended.
+func (t *tally) countMissing() {
+	if !t.timedOut {
+		return
+	}
+	if missing := t.total - t.outcomes.Load(); missing > 0 {
+		t.errors.Add(missing)
+		t.outcomes.Add(missing)
+	}
+}
+
+// counts is the progress of the units the tally counts.
+func (t *tally) counts() (done, bad, settled, total int64) {
+	return t.completed.Load(), t.errors.Load(), t.outcomes.Load(), t.total
+}
+
+// issue counts one call sent and in flight.
+func (t *tally) issue() {
+	t.calls.Add(1)
+	n := t.inFlight.Add(1)
+	for {
+		m := t.maxInFlight.Load()
+		if n <= m || t.maxInFlight.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// claim reserves up to n of the remaining units for one call.
+func (t *tally) claim(n int64) int64 {
+	for {
+		cur := t.claimed.Load()
+		take := min(n, t.total-cur)
+		if take <= 0 {
+			return 0
+		}
+		if t.claimed.CompareAndSwap(cur, cur+take) {
+			return take
+		}
+	}
+}
+
+// fail counts n units that will not complete.
+func (t *tally) fail(n int64, err error) {
+	t.errors.Add(n)
+	t.mu.Lock()
+	if t.firstErr == nil {
+		t.firstErr = err
+	}
+	t.mu.Unlock()
+	t.outcome(n)
+}
+
+func (t *tally) outcome(n int64) {
+	if t.outcomes.Add(n) >= t.total {
+		t.doneOnce.Do(func() { close(t.allDone) })
+	}
+}
+
+// openLoop sends call k, of up to per units, at start + k·per/rate on its
+// own goroutine, whether or not earlier calls have returned, and returns
+// once every call has. issued, when set, runs when call k is due and
+// counted in flight.
+func (t *tally) openLoop(ctx context.Context, start time.Time, per int64, rate float64, issued func(k int),
+	send func(k int, n int64, due time.Time)) {
+	perCall := float64(time.Second) * float64(per) / rate
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for k := 0; ctx.Err() == nil; k++ {
+		n := t.claim(per)
+		if n <= 0 {
+			return
+		}
+		due := start.Add(time.Duration(float64(k) * perCall))
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		t.issue()
+		if issued != nil {
+			issued(k)
+		}
+		wg.Go(func() { send(k, n, due) })
+	}
+}
+
+// closedLoop runs conc goroutines, each sending its next call of up to per
+// units when its previous one returned; a call's intended start is when it
+// is sent. g is the goroutine's number.
+func (t *tally) closedLoop(ctx context.Context, conc int, per int64, send func(g int, n int64, due time.Time)) {
+	var wg sync.WaitGroup
+	for g := range conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				n := t.claim(per)
+				if n <= 0 {
+					return
+				}
+				t.issue()
+				send(g, n, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runner is the activity mode.
+type runner struct {
+	o Options
+	tally
+
+	// Guarded by tally.mu. settled holds the activities already counted,
+	// completed or refused, so a later attempt of one (after a worker was
+	// lost) counts once.
 	settled  map[string]bool
 	toStart  []time.Duration
 	endToEnd []sample
-	firstErr error
 }
 
 // payload carries the call's intended start to the worker, which measures
@@ -362,80 +664,17 @@ func (r *runner) payload(due time.Time) []byte {
 // openLoop sends call k at start + k·per/Rate on its own goroutine, whether
 // or not earlier calls have returned, and returns once every call has.
 func (r *runner) openLoop(ctx context.Context, clients []aionv1.ActivityServiceClient, start time.Time) {
-	per := int64(max(r.o.Batch, 1))
-	perCall := float64(time.Second) * float64(per) / r.o.Rate
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for k := 0; ctx.Err() == nil; k++ {
-		n := r.claim(per)
-		if n <= 0 {
-			return
-		}
-		due := start.Add(time.Duration(float64(k) * perCall))
-		if d := time.Until(due); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				return
-			}
-		}
-		r.issue()
-		if r.o.hooks.issued != nil {
-			r.o.hooks.issued(k)
-		}
-		client := clients[k%len(clients)]
-		wg.Go(func() { r.call(ctx, client, n, due) })
-	}
+	r.tally.openLoop(ctx, start, int64(max(r.o.Batch, 1)), r.o.Rate, r.o.hooks.issued, func(k int, n int64, due time.Time) {
+		r.call(ctx, clients[k%len(clients)], n, due)
+	})
 }
 
 // closedLoop runs Concurrency goroutines, each sending its next call when
 // its previous one returned; a call's intended start is when it is sent.
 func (r *runner) closedLoop(ctx context.Context, clients []aionv1.ActivityServiceClient) {
-	per := int64(max(r.o.Batch, 1))
-	var wg sync.WaitGroup
-	for g := range r.o.Concurrency {
-		client := clients[g%len(clients)]
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				n := r.claim(per)
-				if n <= 0 {
-					return
-				}
-				r.issue()
-				r.call(ctx, client, n, time.Now())
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// issue counts one call sent and in flight.
-func (r *runner) issue() {
-	r.calls.Add(1)
-	n := r.inFlight.Add(1)
-	for {
-		m := r.maxInFlight.Load()
-		if n <= m || r.maxInFlight.CompareAndSwap(m, n) {
-			return
-		}
-	}
-}
-
-// claim reserves up to n of the remaining activities for one call.
-func (r *runner) claim(n int64) int64 {
-	for {
-		cur := r.claimed.Load()
-		take := min(n, r.total-cur)
-		if take <= 0 {
-			return 0
-		}
-		if r.claimed.CompareAndSwap(cur, cur+take) {
-			return take
-		}
-	}
+	r.tally.closedLoop(ctx, r.o.Concurrency, int64(max(r.o.Batch, 1)), func(g int, n int64, due time.Time) {
+		r.call(ctx, clients[g%len(clients)], n, due)
+	})
 }
 
 func (r *runner) request(due time.Time) *aionv1.ScheduleRequest {
@@ -477,17 +716,6 @@ func (r *runner) send(ctx context.Context, client aionv1.ActivityServiceClient, 
 	return nil
 }
 
-// fail counts n activities that will not complete.
-func (r *runner) fail(n int64, err error) {
-	r.errors.Add(n)
-	r.mu.Lock()
-	if r.firstErr == nil {
-		r.firstErr = err
-	}
-	r.mu.Unlock()
-	r.outcome(n)
-}
-
 // settle counts an activity's result once: completed when the server
 // acknowledged it, an error when it refused it.
 func (r *runner) settle(id string, due time.Time, refused string) {
@@ -511,12 +739,6 @@ func (r *runner) settle(id string, due time.Time, refused string) {
 		r.errors.Add(1)
 	}
 	r.outcome(1)
-}
-
-func (r *runner) outcome(n int64) {
-	if r.outcomes.Add(n) >= r.total {
-		r.doneOnce.Do(func() { close(r.allDone) })
-	}
 }
 
 // worker runs one bench worker until ctx ends.
@@ -617,11 +839,12 @@ func percentiles(ds []time.Duration) Percentiles {
 	slices.Sort(ds)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return Percentiles{P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(ds[len(ds)-1])}
+	return Percentiles{P50: ms(at(0.50)), P90: ms(at(0.90)), P99: ms(at(0.99)), Max: ms(ds[len(ds)-1])}
 }
 
-// progress draws a bar on a terminal until the returned stop is called.
-func (r *runner) progress(w io.Writer, start time.Time) (stop func()) {
+// progress draws a bar on a terminal until the returned stop is called:
+// counts gives the units completed, failed, settled either way, and in all.
+func progress(w io.Writer, start time.Time, unit string, counts func() (done, bad, settled, total int64)) (stop func()) {
 	f, ok := w.(*os.File)
 	if !ok || f == nil {
 		return func() {}
@@ -632,8 +855,8 @@ func (r *runner) progress(w io.Writer, start time.Time) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	draw := func() {
-		n, bad := r.completed.Load(), r.errors.Load()
-		frac := float64(r.outcomes.Load()) / float64(r.total)
+		n, bad, settled, total := counts()
+		frac := float64(settled) / float64(max(total, 1))
 		const width = 30
 		bar := make([]byte, width)
 		for i := range bar {
@@ -643,7 +866,7 @@ func (r *runner) progress(w io.Writer, start time.Time) (stop func()) {
 			}
 		}
 		rate := float64(n) / time.Since(start).Seconds()
-		fmt.Fprintf(f, "\r[%s] %3.0f%% %d/%d completed  %.0f/s  %d errors ", bar, frac*100, n, r.total, rate, bad)
+		fmt.Fprintf(f, "\r[%s] %3.0f%% %d/%d %s completed  %.0f/s  %d errors ", bar, frac*100, n, total, unit, rate, bad)
 	}
 	go func() {
 		defer close(finished)

@@ -52,6 +52,13 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		{"no servers", func(o *bench.Options) { o.Servers = 0 }, "--servers"},
 		{"several servers on SQLite", func(o *bench.Options) { o.Servers = 2 }, "--servers"},
 		{"several servers with an address", func(o *bench.Options) { o.Servers, o.Address = 2, "127.0.0.1:1" }, "--servers"},
+		{"negative workflows", func(o *bench.Options) { o.Workflows = -1 }, "--workflows"},
+		{"workflows of no steps", func(o *bench.Options) { o.Workflows, o.Steps = 5, 0 }, "--steps"},
+		{"workflows and a fan-out at once", func(o *bench.Options) { o.Workflows, o.Fanout = 5, 5 }, "--fanout"},
+		{"a batch in a workflow mode", func(o *bench.Options) { o.Workflows, o.Batch = 5, 10 }, "--batch"},
+		{"a rate for a fan-out", func(o *bench.Options) { o.Fanout, o.Rate = 5, 10 }, "--rate"},
+		{"a fan-out too large for one workflow task", func(o *bench.Options) { o.Fanout, o.Payload = 10000, 1<<20 }, "--fanout"},
+		{"a negative timeout", func(o *bench.Options) { o.Timeout = -time.Second }, "--timeout"},
 	}
 	for _, tc := range tests {
 		o := bench.Defaults()

@@ -191,6 +191,18 @@ func TestErrorsAreCountedAndNotCompleted(t *testing.T) {
 			completed: pendingCap, errors: 10 - pendingCap, firstErrorHas: "not yet closed",
 		},
 		{
+			// The store takes no commit before the timeout: no call is
+			// answered, and every activity counts as not completed.
+			name: "activities not completed within the timeout",
+			arrange: func(t *testing.T) bench.Options {
+				srv, o := setup(t)
+				lock := newStoreLock(t, srv)
+				o.Activities, o.Concurrency, o.Workers, o.Slots, o.Timeout = 10, 2, 1, 2, 500*time.Millisecond
+				return bench.WithHooks(o, bench.Hooks{Started: lock.hold})
+			},
+			completed: 0, errors: 10, firstErrorHas: "not finished within --timeout 500ms",
+		},
+		{
 			// The first task is canceled while the worker runs it, so the
 			// server refuses its result.
 			name: "a result the server refuses",

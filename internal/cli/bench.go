@@ -22,9 +22,10 @@ func (a *app) benchCommand() *cobra.Command {
 and latency over real gRPC on loopback, with durable commits.
 
 Without --address (or AION_ADDRESS) it starts its own server in this process,
-on a temporary data directory; with one it targets that running server. Its
-workers speak the worker protocol directly and complete each task at once, so
-the figures measure the server and the wire, not activity code.
+on a temporary data directory; with one it targets that running server. In
+the activity mode (the default) its workers speak the worker protocol
+directly and complete each task at once, so the figures measure the server
+and the wire, not activity code.
 
 Load: with --rate R the run is an open loop. Call k (of --batch activities,
 or one) is due at start + k*batch/R and is sent then, on its own goroutine,
@@ -38,7 +39,9 @@ saturation).
 Counting: an activity completes when the server acknowledged its result as
 durable; the rate (/s) counts completions only. Every activity of a failed
 call, every refused batch item and every refused result is an error, and a
-run with errors exits non-zero after printing its figures.
+run with errors exits non-zero after printing its figures. With --timeout D
+the run ends after D at most, and whatever has not completed by then is an
+error.
 
 Latencies: end-to-end runs from each call's intended start (its due time with
 --rate, even if the bench sent it late; the instant it was sent without) to
@@ -51,13 +54,65 @@ is read when the server accepts the Schedule request (after checking it,
 before the commit that makes it durable), started_time when it hands the
 attempt to a worker whose slot it took, just before sending the task. It
 includes the commit and the wait for a free slot, not the time before the
-request reached the server.`,
+request reached the server.
+
+Workflows: --workflows N runs N workflows of the bench's own type
+(bench-steps), each running --steps K activities one after the other; the
+bench's workers (SDK workers, --workers of --slots slots, build id
+aion-bench-1) serve both the workflows and their step activities, which
+return their input (--payload bytes of JSON) at once. With --rate R workflow
+k is started at start + k/R on its own goroutine, however many earlier
+workflows are still open (open loop); without it --concurrency goroutines
+each start the next workflow when their previous one closed (closed loop).
+A workflow completes when the bench learns that its run closed completed;
+workflows/s counts those only, and every start the server refused and every
+run that closed otherwise is an error. Start-to-close runs from each
+workflow's intended start (its due time with --rate; the instant its start
+was sent without) to the bench learning that its run closed; the tenths line
+gives its median for each tenth of the workflows. The step gap runs,
+inside one workflow, from a step's activity returning on a bench worker to
+the next step's activity starting on a bench worker (recorded by run id and
+step): the result's commit, the workflow task that takes the next step, and
+its scheduling and dispatch; there are K-1 per completed workflow.
+Schedule-to-start is the server's figure for each step activity, as above.
+
+Fan-out: --fanout M runs one workflow (bench-fanout) that starts M
+activities in one workflow task and waits for all of them. activities/s is
+the activities it saw complete divided by the time from its start to the
+bench learning that it closed; schedule-to-start is given over the M
+activities; an activity that failed, or all M when the workflow did not
+complete, are errors.
+
+Workflows need a server that serves them: a cluster (--store postgres://…,
+where every server is a cluster member) refuses to start them today, and the
+bench then reports every workflow as an error with the server's reason.
+
+JSON (--json): one object with the same fields in every mode. mode is
+activities, workflows or fanout. activities, scheduled, seconds, per_sec,
+errors, first_error, calls, max_in_flight, schedule_to_start_ms,
+end_to_end_ms and end_to_end_p50_by_tenth_ms are the figures above; in the
+workflow modes activities counts the steps of completed workflows (or the
+activities the fan-out saw complete), scheduled is N*K (or M), errors counts
+workflows with --workflows and activities with --fanout, calls counts
+workflow starts, max_in_flight is the most workflows open at once, and
+end_to_end_ms is start-to-close. workflows is the workflows completed,
+workflows_planned those the run set out to start (N, or 1 with --fanout),
+workflows_per_sec is workflows / seconds; steps is K and fanout is M;
+step_gap_ms is the step gap and step_gaps the number of gaps it covers;
+timeout_seconds is --timeout (0 for none). Every latency (the fields ending
+in _ms) gives p50, p90, p99 and max in milliseconds.`,
 		Example: `  aion bench --activities 50000 --batch 100
   aion bench --activities 20000 --concurrency 64
   aion bench --rate 2000 --activities 20000 --json
-  aion bench --address 127.0.0.1:50051 --namespace bench`,
+  aion bench --address 127.0.0.1:50051 --namespace bench
+  aion bench --workflows 2000 --steps 5 --concurrency 32
+  aion bench --workflows 5000 --steps 3 --rate 200 --json
+  aion bench --fanout 5000 --timeout 2m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkBenchFlags(cmd, o); err != nil {
+				return err
+			}
 			if f := cmd.Flags().Lookup("address"); f.Changed || envSet(a.lookupEnv, "AION_ADDRESS") {
 				o.Address = a.address
 			}
@@ -80,13 +135,17 @@ request reached the server.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Activities, "activities", o.Activities, "activities to schedule in all")
+	f.IntVar(&o.Activities, "activities", o.Activities, "activities to schedule in all (the activity mode)")
+	f.IntVar(&o.Workflows, "workflows", 0, "run this many workflows of --steps sequential activities each instead of scheduling activities")
+	f.IntVar(&o.Steps, "steps", o.Steps, "sequential activities of each workflow of --workflows")
+	f.IntVar(&o.Fanout, "fanout", 0, "run one workflow that starts this many activities at once and waits for all of them")
 	f.IntVar(&o.Workers, "workers", o.Workers, "workers to connect")
 	f.IntVar(&o.Slots, "slots", o.Slots, "slots of each worker")
-	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "scheduling goroutines of a closed-loop run (without --rate); --rate does not use it")
-	f.IntVar(&o.Payload, "payload", o.Payload, "input size of each activity in bytes (at least 8)")
-	f.IntVar(&o.Batch, "batch", o.Batch, "activities per ScheduleBatch call; 0 uses unary Schedule")
-	f.Float64Var(&o.Rate, "rate", o.Rate, "offered load in activities per second, open loop: every call is sent when due; 0 is a closed loop, as fast as possible")
+	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "goroutines of a closed-loop run (without --rate): each sends its next call when its previous one returned, or starts its next workflow when its previous one closed; --rate and --fanout do not use it")
+	f.IntVar(&o.Payload, "payload", o.Payload, "input size of each activity in bytes (at least 8); with --workflows or --fanout, of each step's JSON input, which it returns")
+	f.IntVar(&o.Batch, "batch", o.Batch, "activities per ScheduleBatch call; 0 uses unary Schedule (the activity mode only)")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "offered load in activities (with --workflows, workflows) per second, open loop: every call is sent when due; 0 is a closed loop, as fast as possible")
+	f.DurationVar(&o.Timeout, "timeout", 0, "end the run after this long at most, counting whatever has not completed as errors; 0 waits as long as it takes")
 	f.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the run uses")
 	f.StringVar(&o.TaskQueue, "task-queue", o.TaskQueue, "task queue the run uses")
 	f.StringVar(&o.SQLiteSync, "sqlite-sync", o.SQLiteSync, "synchronous mode of the in-process server: full or normal")
@@ -96,6 +155,19 @@ request reached the server.`,
 	return cmd
 }
 
+// checkBenchFlags refuses flags of one mode given to another.
+func checkBenchFlags(cmd *cobra.Command, o bench.Options) error {
+	f := cmd.Flags()
+	workflows := o.Workflows != 0 || o.Fanout != 0
+	switch {
+	case workflows && f.Changed("activities"):
+		return fmt.Errorf("--activities: %d applies to the activity mode; --workflows and --fanout set their own counts", o.Activities)
+	case o.Workflows == 0 && f.Changed("steps"):
+		return fmt.Errorf("--steps: %d applies to --workflows only", o.Steps)
+	}
+	return nil
+}
+
 func envSet(lookup func(string) (string, bool), name string) bool {
 	_, ok := lookup(name)
 	return ok
@@ -103,23 +175,57 @@ func envSet(lookup func(string) (string, bool), name string) bool {
 
 func printReport(a *app, r bench.Report) {
 	w := a.stdout
+	ms := func(p bench.Percentiles) string {
+		return fmt.Sprintf("p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms", p.P50, p.P90, p.P99, p.Max)
+	}
 	fmt.Fprintf(w, "server:            %s\n", r.Server)
 	fmt.Fprintf(w, "load:              %d workers x %d slots, ", r.Workers, r.Slots)
-	if r.Rate > 0 {
+	switch {
+	case r.Mode == bench.ModeFanout:
+		fmt.Fprintf(w, "one workflow of %d activities at once", r.Fanout)
+	case r.Mode == bench.ModeWorkflows && r.Rate > 0:
+		fmt.Fprintf(w, "open loop at %g workflows/s", r.Rate)
+	case r.Mode == bench.ModeWorkflows:
+		fmt.Fprintf(w, "closed loop, %d workflows at a time", r.Concurrency)
+	case r.Rate > 0:
 		fmt.Fprintf(w, "open loop at %g/s", r.Rate)
-	} else {
+	default:
 		fmt.Fprintf(w, "closed loop, %d schedulers", r.Concurrency)
 	}
-	fmt.Fprintf(w, ", batch %d, payload %d B\n", r.Batch, r.Payload)
-	fmt.Fprintf(w, "calls:             %d sent, at most %d in flight\n", r.Calls, r.MaxInFlight)
-	fmt.Fprintf(w, "activities:        %d of %d completed in %.2fs = %.0f/s, %d errors\n", r.Activities, r.Scheduled, r.Seconds, r.PerSec, r.Errors)
+	if r.Mode == bench.ModeActivities {
+		fmt.Fprintf(w, ", batch %d", r.Batch)
+	}
+	fmt.Fprintf(w, ", payload %d B\n", r.Payload)
+	switch r.Mode {
+	case bench.ModeWorkflows:
+		fmt.Fprintf(w, "starts:            %d sent, at most %d workflows open\n", r.Calls, r.MaxInFlight)
+		fmt.Fprintf(w, "workflows:         %d of %d completed in %.2fs = %.0f/s, %d errors\n", r.Workflows, r.WorkflowsPlanned, r.Seconds, r.WorkflowsPerSec, r.Errors)
+		fmt.Fprintf(w, "activities:        %d completed (%d steps each) = %.0f/s\n", r.Activities, r.Steps, r.PerSec)
+	case bench.ModeFanout:
+		fmt.Fprintf(w, "activities:        %d of %d completed in %.2fs = %.0f/s, %d errors\n", r.Activities, r.Scheduled, r.Seconds, r.PerSec, r.Errors)
+	default:
+		fmt.Fprintf(w, "calls:             %d sent, at most %d in flight\n", r.Calls, r.MaxInFlight)
+		fmt.Fprintf(w, "activities:        %d of %d completed in %.2fs = %.0f/s, %d errors\n", r.Activities, r.Scheduled, r.Seconds, r.PerSec, r.Errors)
+	}
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error:       %s\n", r.FirstError)
 	}
-	fmt.Fprintf(w, "schedule-to-start: p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.ScheduleToStart.P50, r.ScheduleToStart.P99, r.ScheduleToStart.Max)
-	fmt.Fprintf(w, "end-to-end:        p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.EndToEnd.P50, r.EndToEnd.P99, r.EndToEnd.Max)
-	if len(r.EndToEndTrend) > 0 {
-		fmt.Fprint(w, "end-to-end tenths: p50")
+	if r.Mode == bench.ModeActivities {
+		fmt.Fprintf(w, "schedule-to-start: p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.ScheduleToStart.P50, r.ScheduleToStart.P99, r.ScheduleToStart.Max)
+		fmt.Fprintf(w, "end-to-end:        p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", r.EndToEnd.P50, r.EndToEnd.P99, r.EndToEnd.Max)
+	} else {
+		fmt.Fprintf(w, "schedule-to-start: %s\n", ms(r.ScheduleToStart))
+		fmt.Fprintf(w, "start-to-close:    %s\n", ms(r.EndToEnd))
+	}
+	if r.Mode == bench.ModeWorkflows {
+		fmt.Fprintf(w, "step gap:          %s (%d gaps)\n", ms(r.StepGap), r.StepGaps)
+	}
+	if len(r.EndToEndTrend) > 1 {
+		label := "end-to-end tenths: p50"
+		if r.Mode != bench.ModeActivities {
+			label = "start-to-close tenths: p50"
+		}
+		fmt.Fprint(w, label)
 		for _, ms := range r.EndToEndTrend {
 			fmt.Fprintf(w, " %.3f", ms)
 		}
