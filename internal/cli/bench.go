@@ -83,9 +83,8 @@ bench learning that it closed; schedule-to-start is given over the M
 activities; an activity that failed, or all M when the workflow did not
 complete, are errors.
 
-Workflows need a server that serves them: a cluster (--store postgres://…,
-where every server is a cluster member) refuses to start them today, and the
-bench then reports every workflow as an error with the server's reason.
+Workflows run on either store; on --store postgres://… with --servers N the
+runs are held by the servers whose workers serve them (docs/workflows.md).
 
 JSON (--json): one object with the same fields in every mode. mode is
 activities, workflows or fanout. activities, scheduled, seconds, per_sec,
