@@ -30,7 +30,8 @@ type WorkflowObserver interface {
 	TaskFailed(namespace, failureType string)
 	// TaskLatency: a worker's result for the run's current workflow task
 	// arrived, took after the task was sent (whatever its outcome).
-	TaskLatency(namespace string, took time.Duration)
+	// replay says the task carried a whole history to replay.
+	TaskLatency(namespace string, took time.Duration, replay bool)
 }
 
 // RunChange is a run whose start or close has become durable.
@@ -58,7 +59,7 @@ func (noWorkflowObserver) RunClosed(string, store.RunStatus, int) {}
 func (noWorkflowObserver) TaskStarted(string, bool, int)          {}
 func (noWorkflowObserver) TaskCompleted(string)                   {}
 func (noWorkflowObserver) TaskFailed(string, string)              {}
-func (noWorkflowObserver) TaskLatency(string, time.Duration)      {}
+func (noWorkflowObserver) TaskLatency(string, time.Duration, bool) {}
 
 // armRunLocked arms a run timer of kind for task token task.
 func (e *Engine) armRunLocked(at time.Time, k runKey, task uint64, kind timerKind) {

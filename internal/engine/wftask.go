@@ -163,7 +163,8 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 	}
 	m[r.key()] = r
 	e.armRunLocked(e.now().Add(workflowTaskTimeout), r.key(), r.task, timerWorkflowTask)
-	e.obsWF.TaskStarted(r.rec.Namespace, from == 1 && r.seen > 0, len(task.Events))
+	r.taskReplay = from == 1 && r.seen > 0
+	e.obsWF.TaskStarted(r.rec.Namespace, r.taskReplay, len(task.Events))
 	if s, ok := w.Delivery().(WorkflowTaskSender); ok {
 		// A failed send means the stream is closing; its departure
 		// gives the task to another worker.
@@ -228,7 +229,7 @@ func (e *Engine) CompleteWorkflowTask(w *registry.Worker, res *aionv1.WorkflowTa
 			res.GetTask(), res.GetRunId(), res.GetNamespace()))
 		return
 	}
-	e.obsWF.TaskLatency(r.rec.Namespace, e.now().Sub(r.taskSent))
+	e.obsWF.TaskLatency(r.rec.Namespace, e.now().Sub(r.taskSent), r.taskReplay)
 	e.answerQueriesLocked(r, res.GetQueryAnswers())
 	seen, queryOnly := r.taskSeen, r.taskQueryOnly
 	e.releaseTaskLocked(r)

@@ -105,8 +105,10 @@ type wfRun struct {
 	task       uint64
 	taskWorker *registry.Worker
 	taskSeen   int64
-	// taskSent is when the running task was sent, for its latency.
-	taskSent time.Time
+	// taskSent is when the running task was sent, for its latency;
+	// taskReplay says it carried a whole history to replay.
+	taskSent   time.Time
+	taskReplay bool
 	// taskQueryOnly: the running task only answers queries.
 	taskQueryOnly bool
 	// seen is the last seq the code has seen in a recorded round; events

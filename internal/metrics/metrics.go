@@ -50,6 +50,7 @@ type Metrics struct {
 	wfReplays     *prometheus.CounterVec
 	taskEvents    *prometheus.HistogramVec
 	taskSeconds   *prometheus.HistogramVec
+	replaySeconds *prometheus.HistogramVec
 }
 
 // latency buckets from 100µs to ~100s.
@@ -102,16 +103,19 @@ func New(backlog func() []Backlog) *Metrics {
 		Help: "Workflow tasks that failed, by failure type: nondeterministic, panic, sticky_cache_miss, workflow_task_timeout, bad_command, bad_history, workflow_type_not_registered, task_in_progress, workflow_task_failed, other."},
 		[]string{"namespace", "type"})
 	m.wfReplays = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_workflow_replays_total",
-		Help: "Workflow tasks that carried the whole history, so the code ran from the top: a run's first task, and every task a worker did not hold the run in memory for."},
+		Help: "Workflow tasks that carried the whole history of a run whose code had run before, so a worker replayed it from the top (it did not hold the run in memory)."},
 		[]string{"namespace"})
 	m.taskEvents = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_task_events",
 		Help: "History events delivered by one workflow task.", Buckets: eventCounts}, []string{"namespace"})
 	m.taskSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_task_seconds",
 		Help: "Time from a workflow task sent to its worker's result arriving, whatever the outcome.", Buckets: latency},
 		[]string{"namespace"})
+	m.replaySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_replay_seconds",
+		Help: "The same for the workflow tasks that were replays (aion_workflow_replays_total): how long a replay of the whole history took, round trip included.", Buckets: latency},
+		[]string{"namespace"})
 	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
-		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds,
+		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds, m.replaySeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -209,8 +213,11 @@ func (w *Workflows) TaskFailed(ns, failureType string) {
 }
 
 // TaskLatency records the time from a workflow task sent to its result.
-func (w *Workflows) TaskLatency(ns string, took time.Duration) {
+func (w *Workflows) TaskLatency(ns string, took time.Duration, replay bool) {
 	w.m.taskSeconds.WithLabelValues(ns).Observe(took.Seconds())
+	if replay {
+		w.m.replaySeconds.WithLabelValues(ns).Observe(took.Seconds())
+	}
 }
 
 // Commit records one group-commit transaction.

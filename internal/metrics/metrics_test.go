@@ -60,7 +60,8 @@ func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
 	wf.TaskFailed("a", "bad_history")
 	wf.TaskFailed("a", "whatever-a-worker-says")
 	wf.TaskFailed("a", "and-another")
-	wf.TaskLatency("a", 250*time.Millisecond)
+	wf.TaskLatency("a", 250*time.Millisecond, false)
+	wf.TaskLatency("a", 50*time.Millisecond, true)
 
 	got := scrape(t, m)
 	for series, want := range map[string]float64{
@@ -78,8 +79,10 @@ func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
 		`aion_workflow_task_failures_total{namespace="a",type="workflow_task_timeout"}`: 1,
 		`aion_workflow_task_failures_total{namespace="a",type="bad_history"}`:           1,
 		`aion_workflow_task_failures_total{namespace="a",type="other"}`:                 2,
-		`aion_workflow_task_seconds_sum{namespace="a"}`:                                 0.25,
-		`aion_workflow_task_seconds_count{namespace="a"}`:                               1,
+		`aion_workflow_task_seconds_sum{namespace="a"}`:                                 0.3,
+		`aion_workflow_task_seconds_count{namespace="a"}`:                               2,
+		`aion_workflow_replay_seconds_sum{namespace="a"}`:                               0.05,
+		`aion_workflow_replay_seconds_count{namespace="a"}`:                             1,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
