@@ -28,6 +28,13 @@ type Worker struct {
 	ConnectedTime     time.Time `json:"connected_time"`
 	LastHeartbeatTime time.Time `json:"last_heartbeat_time"`
 	Peer              string    `json:"peer,omitempty"`
+	// WorkflowTypes, BuildID, CompatibleBuildIDs and the workflow slots
+	// describe a worker that advances workflows.
+	WorkflowTypes      []string `json:"workflow_types,omitempty"`
+	BuildID            string   `json:"build_id,omitempty"`
+	CompatibleBuildIDs []string `json:"compatible_build_ids,omitempty"`
+	WorkflowSlots      int      `json:"workflow_slots,omitempty"`
+	WorkflowSlotsInUse int      `json:"workflow_slots_in_use,omitempty"`
 }
 
 func workerFromProto(w *aionv1.Worker) *Worker {
@@ -45,6 +52,12 @@ func workerFromProto(w *aionv1.Worker) *Worker {
 		ConnectedTime:     timeFromProto(w.GetConnectedTime()),
 		LastHeartbeatTime: timeFromProto(w.GetLastHeartbeatTime()),
 		Peer:              w.GetPeer(),
+
+		WorkflowTypes:      w.GetWorkflowTypes(),
+		BuildID:            w.GetBuildId(),
+		CompatibleBuildIDs: w.GetCompatibleBuildIds(),
+		WorkflowSlots:      int(w.GetWorkflowSlots()),
+		WorkflowSlotsInUse: int(w.GetWorkflowSlotsInUse()),
 	}
 }
 

@@ -103,6 +103,12 @@ type Options struct {
 	// follows the name rule (letters, digits and - _ . : / @ + =, at most
 	// 128 bytes).
 	BuildID string
+	// CompatibleBuildIDs are other builds whose open runs this code may also
+	// advance: a deployer's declaration that it takes the same steps as
+	// theirs (for a fix that changes no step), so those runs need not wait
+	// for workers of their own build. New runs still start on the newest
+	// BuildID. At most 16, each following the name rule.
+	CompatibleBuildIDs []string
 	// WorkflowSlots is the most workflow tasks the server sends the worker
 	// at once, apart from its activity Slots; 0 means DefaultWorkflowSlots.
 	// Workflow tasks are short: they run on a few goroutines of their own.
@@ -210,6 +216,17 @@ func New(address string, opts Options) (*Worker, error) {
 	}
 	if err := name.CheckOptional("worker: Options.BuildID", opts.BuildID, name.MaxName); err != nil {
 		return nil, err
+	}
+	if len(opts.CompatibleBuildIDs) > 16 {
+		return nil, fmt.Errorf("worker: Options.CompatibleBuildIDs: %d given, at most 16 allowed", len(opts.CompatibleBuildIDs))
+	}
+	for i, b := range opts.CompatibleBuildIDs {
+		if err := name.Check(fmt.Sprintf("worker: Options.CompatibleBuildIDs[%d]", i), b, name.MaxName); err != nil {
+			return nil, err
+		}
+		if b == opts.BuildID {
+			return nil, fmt.Errorf("worker: Options.CompatibleBuildIDs[%d]: %q is the worker's own BuildID", i, b)
+		}
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = DefaultMinBackoff

@@ -160,6 +160,7 @@ func (w *Worker) checkWorkflowsLocked() error {
 			strconv.Quote(w.register.GetWorkflowTypes()[0]) + ")")
 	}
 	w.register.BuildId = w.opts.BuildID
+	w.register.CompatibleBuildIds = append([]string(nil), w.opts.CompatibleBuildIDs...)
 	w.register.WorkflowSlots = uint32(w.opts.WorkflowSlots)
 	return nil
 }

@@ -40,6 +40,7 @@ type demoFlags struct {
 	exitOnDrain bool
 	caps        []string
 	buildID     string
+	compatible  []string
 	wfSlots     int
 	ledger      string
 }
@@ -177,8 +178,9 @@ it to drain it finishes its work and reconnects (or exits with
 				ExitOnDrain:  f.exitOnDrain,
 				Capabilities: caps,
 
-				BuildID:       f.buildID,
-				WorkflowSlots: f.wfSlots,
+				BuildID:            f.buildID,
+				CompatibleBuildIDs: f.compatible,
+				WorkflowSlots:      f.wfSlots,
 			})
 			if err != nil {
 				return err
@@ -203,6 +205,7 @@ it to drain it finishes its work and reconnects (or exits with
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight attempts may keep running")
 	fl.BoolVar(&f.exitOnDrain, "exit-on-drain", false, "exit when the server asks this worker to drain, instead of reconnecting")
 	fl.StringVar(&f.buildID, "build-id", demoBuild, "build id of the workflow code (runs stay on the build they started on)")
+	fl.StringSliceVar(&f.compatible, "compatible-builds", nil, "other build ids whose open runs this code may also advance (it takes the same steps)")
 	fl.IntVar(&f.wfSlots, "workflow-slots", 100, "most workflow tasks run at once, apart from --slots")
 	fl.StringVar(&f.ledger, "ledger", "", "append one line per workflow step execution to this file")
 	fl.StringSliceVar(&f.caps, "capabilities", demoCapabilities,

@@ -54,11 +54,11 @@ func runChangeOf(r store.Run) RunChange {
 
 type noWorkflowObserver struct{}
 
-func (noWorkflowObserver) RunStarted(string)                      {}
-func (noWorkflowObserver) RunClosed(string, store.RunStatus, int) {}
-func (noWorkflowObserver) TaskStarted(string, bool, int)          {}
-func (noWorkflowObserver) TaskCompleted(string)                   {}
-func (noWorkflowObserver) TaskFailed(string, string)              {}
+func (noWorkflowObserver) RunStarted(string)                       {}
+func (noWorkflowObserver) RunClosed(string, store.RunStatus, int)  {}
+func (noWorkflowObserver) TaskStarted(string, bool, int)           {}
+func (noWorkflowObserver) TaskCompleted(string)                    {}
+func (noWorkflowObserver) TaskFailed(string, string)               {}
 func (noWorkflowObserver) TaskLatency(string, time.Duration, bool) {}
 
 // armRunLocked arms a run timer of kind for task token task.

@@ -713,3 +713,36 @@ func TestWorkflowRunsAcrossTwoServers(t *testing.T) {
 		t.Fatalf("canceled run: %+v", got)
 	}
 }
+
+// A run bound to build v1 waits while only v2 workers are connected, and is
+// advanced by a worker whose code is declared compatible with v1.
+func TestCompatibleBuildAdvancesAnOlderBuildsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	v1 := b.joinWorkflows("v1", 10, "order")
+	b.startWF("old", "order", `1`)
+	v1.mustAnswer(v1.next(), false, startTimer(1, time.Minute))
+	v1.leave()
+
+	v2 := b.joinWorkflows("v2", 10, "order")
+	b.advance(time.Minute)
+	idle(t, v2.conn.wf, "a v1 run's task on a v2 worker")
+
+	conn := &wfConn{fakeConn: newFakeConn(), wf: make(chan *aionv1.WorkflowTask, 16)}
+	r, err := b.reg.Register(registry.Spec{Namespaces: []string{"ns"}, ActivityTypes: []string{"t"}, Slots: 1,
+		WorkflowTypes: []string{"order"}, BuildID: "v2.1", CompatibleBuilds: []string{"v1"}, WorkflowSlots: 4, Delivery: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.eng.WorkerJoined(r.Worker())
+	compat := &wfWorker{b: b, reg: r, w: r.Worker(), conn: conn}
+	task := compat.next()
+	if task.GetWorkflowId() != "old" || task.GetFirstSeq() != 1 {
+		t.Fatalf("compatible worker got %s from %d, want the old run's whole history", task.GetWorkflowId(), task.GetFirstSeq())
+	}
+	compat.mustAnswer(task, false, complete(`1`))
+	if got := b.waitWF("old"); got.BuildID != "v1" || got.Status != store.RunCompleted {
+		t.Fatalf("old run: %+v (it stays bound to v1)", got)
+	}
+	idle(t, v2.conn.wf, "a v1 run's task on a v2 worker")
+}

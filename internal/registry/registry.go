@@ -79,7 +79,10 @@ type Worker struct {
 	capabilities  atomic.Uint32
 	workflowTypes []string
 	buildID       string
-	wfSlots       int
+	// builds are the builds whose runs it advances: buildID first, then
+	// the compatible ones.
+	builds  []string
+	wfSlots int
 
 	// Guarded by Registry.mu.
 	used     int
@@ -126,11 +129,14 @@ func (w *Worker) Triples(fn func(Triple)) {
 }
 
 // WorkflowTriples calls fn for each workflow triple the worker serves: its
-// workflow types, at its build id, in each of its namespaces.
+// workflow types, at its build id and the compatible ones, in each of its
+// namespaces.
 func (w *Worker) WorkflowTriples(fn func(Triple)) {
 	for _, ns := range w.namespaces {
 		for _, typ := range w.workflowTypes {
-			fn(Triple{Pool: PoolAddress{Namespace: ns, TaskQueue: w.taskQueue}, ActivityType: typ, Kind: KindWorkflow, Build: w.buildID})
+			for _, b := range w.builds {
+				fn(Triple{Pool: PoolAddress{Namespace: ns, TaskQueue: w.taskQueue}, ActivityType: typ, Kind: KindWorkflow, Build: b})
+			}
 		}
 	}
 }
@@ -236,6 +242,7 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 		server:        r.server,
 		workflowTypes: spec.WorkflowTypes,
 		buildID:       spec.BuildID,
+		builds:        append([]string{spec.BuildID}, spec.CompatibleBuilds...),
 		wfSlots:       spec.WorkflowSlots,
 	}
 	w.capabilities.Store(uint32(spec.Capabilities))
@@ -249,7 +256,9 @@ func (r *Registry) Register(spec Spec) (*Registration, error) {
 			r.join(w, NewTriple(ns, w.taskQueue, typ))
 		}
 		for _, typ := range w.workflowTypes {
-			r.join(w, NewWorkflowTriple(ns, w.taskQueue, typ, w.buildID))
+			for _, b := range w.builds {
+				r.join(w, NewWorkflowTriple(ns, w.taskQueue, typ, b))
+			}
 			r.noteBuildLocked(workflowKey{Pool(ns, w.taskQueue), typ}, w.buildID)
 		}
 		r.perNS[ns]++
@@ -323,6 +332,12 @@ func validate(spec *Spec) error {
 	for _, typ := range spec.WorkflowTypes {
 		if typ == "" {
 			return fmt.Errorf("workflow_types: empty name: %w", ErrInvalidSpec)
+		}
+	}
+	spec.CompatibleBuilds = sortedSet(spec.CompatibleBuilds)
+	for _, b := range spec.CompatibleBuilds {
+		if b == "" || b == spec.BuildID {
+			return fmt.Errorf("compatible_build_ids: %q is empty or the worker's own build id: %w", b, ErrInvalidSpec)
 		}
 	}
 	if len(spec.WorkflowTypes) > 0 {
@@ -735,6 +750,7 @@ func (w *Worker) infoLocked() WorkerInfo {
 
 		WorkflowTypes:      slices.Clone(w.workflowTypes),
 		BuildID:            w.buildID,
+		CompatibleBuilds:   slices.Clone(w.builds[1:]),
 		WorkflowSlots:      w.wfSlots,
 		WorkflowSlotsInUse: w.wfUsed,
 

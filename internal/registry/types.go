@@ -159,6 +159,9 @@ type Spec struct {
 	// WorkflowSlots is how many workflow tasks the worker runs at once;
 	// at least 1 with WorkflowTypes.
 	WorkflowSlots int
+	// CompatibleBuilds are other builds whose runs the worker may also
+	// advance; it is never a default build through them.
+	CompatibleBuilds []string
 	// Capabilities are the intervention primitives the worker supports.
 	Capabilities Capabilities
 	// Delivery reaches the worker.
@@ -180,6 +183,7 @@ type WorkerInfo struct {
 	// that advances workflows.
 	WorkflowTypes      []string
 	BuildID            string
+	CompatibleBuilds   []string
 	WorkflowSlots      int
 	WorkflowSlotsInUse int
 	Draining           bool

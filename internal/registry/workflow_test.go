@@ -189,3 +189,33 @@ func TestWorkflowOnlyWorkerRegisters(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestCompatibleBuildTakesTheOlderBuildsRunsButIsNotTheirDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := workflowSpec("orders", "v2", 5, "order")
+	s.CompatibleBuilds = []string{"v1"}
+	g := b.accept(t, caller("orders"), s)
+	for _, build := range []string{"v1", "v2"} {
+		w, ok := b.reg.Select(registry.NewWorkflowTriple("orders", "", "order", build), registry.AnyNode())
+		if !ok || w.ID() != g.ID() {
+			t.Fatalf("a run of build %s was not given to the worker declaring it compatible", build)
+		}
+	}
+	if got, _ := b.reg.DefaultBuild(registry.Pool("orders", ""), "order"); got != "v2" {
+		t.Fatalf("default build = %q, want the worker's own v2", got)
+	}
+	info, _ := b.reg.Lookup(g.ID())
+	if len(info.CompatibleBuilds) != 1 || info.CompatibleBuilds[0] != "v1" || info.WorkflowSlotsInUse != 2 {
+		t.Fatalf("worker info %+v", info)
+	}
+	own := workflowSpec("orders", "v2", 1, "order")
+	own.CompatibleBuilds = []string{"v2"}
+	if _, err := b.reg.Register(own); !errors.Is(err, registry.ErrInvalidSpec) || !strings.Contains(err.Error(), "compatible_build_ids") {
+		t.Fatalf("a worker declaring its own build compatible: %v, want an error naming compatible_build_ids", err)
+	}
+	g.Close()
+	if c := b.reg.Census(); c != (registry.Census{}) {
+		t.Fatalf("census after the worker left: %+v", c)
+	}
+}

@@ -66,6 +66,12 @@ func workerToProto(w registry.WorkerInfo, lastSeen time.Time, peer string) *aion
 		Server:            w.Server,
 		Identity:          w.Identity,
 		SdkVersion:        w.SDKVersion,
+
+		WorkflowTypes:      w.WorkflowTypes,
+		BuildId:            w.BuildID,
+		CompatibleBuildIds: w.CompatibleBuilds,
+		WorkflowSlots:      uint32(w.WorkflowSlots),
+		WorkflowSlotsInUse: uint32(w.WorkflowSlotsInUse),
 	}
 }
 

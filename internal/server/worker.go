@@ -527,6 +527,14 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 			return registry.Spec{}, err
 		}
 	}
+	if n := len(r.GetCompatibleBuildIds()); n > 16 {
+		return registry.Spec{}, fmt.Errorf("compatible_build_ids: %d given, at most 16 allowed: %w", n, errInvalid)
+	}
+	for i, b := range r.GetCompatibleBuildIds() {
+		if err := name.Check(fmt.Sprintf("compatible_build_ids[%d]", i), b, name.MaxName); err != nil {
+			return registry.Spec{}, err
+		}
+	}
 	wfSlots := int(r.GetWorkflowSlots())
 	if nWF > 0 {
 		if err := name.Check("build_id", r.GetBuildId(), name.MaxName); err != nil {
@@ -555,17 +563,18 @@ func specFromProto(r *aionv1.Register) (registry.Spec, error) {
 		caps = caps.With(c)
 	}
 	return registry.Spec{
-		Namespaces:    r.GetNamespaces(),
-		TaskQueue:     r.GetTaskQueue(),
-		Node:          r.GetNode(),
-		ActivityTypes: r.GetActivityTypes(),
-		Slots:         slots,
-		Capabilities:  caps,
-		Identity:      limit.Clip(r.GetIdentity(), limit.Identity),
-		SDKVersion:    limit.Clip(r.GetSdkVersion(), limit.SDKVersion),
-		WorkflowTypes: r.GetWorkflowTypes(),
-		BuildID:       r.GetBuildId(),
-		WorkflowSlots: wfSlots,
+		Namespaces:       r.GetNamespaces(),
+		TaskQueue:        r.GetTaskQueue(),
+		Node:             r.GetNode(),
+		ActivityTypes:    r.GetActivityTypes(),
+		Slots:            slots,
+		Capabilities:     caps,
+		Identity:         limit.Clip(r.GetIdentity(), limit.Identity),
+		SDKVersion:       limit.Clip(r.GetSdkVersion(), limit.SDKVersion),
+		WorkflowTypes:    r.GetWorkflowTypes(),
+		BuildID:          r.GetBuildId(),
+		CompatibleBuilds: r.GetCompatibleBuildIds(),
+		WorkflowSlots:    wfSlots,
 	}, nil
 }
 

@@ -179,9 +179,19 @@ type Worker struct {
 	// worker connected to another server of the cluster.
 	Peer string `protobuf:"bytes,15,opt,name=peer,proto3" json:"peer,omitempty"`
 	// Name of the server the worker is connected to.
-	Server        string `protobuf:"bytes,16,opt,name=server,proto3" json:"server,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Server string `protobuf:"bytes,16,opt,name=server,proto3" json:"server,omitempty"`
+	// Workflow types the worker advances; empty for an activity-only worker.
+	WorkflowTypes []string `protobuf:"bytes,17,rep,name=workflow_types,json=workflowTypes,proto3" json:"workflow_types,omitempty"`
+	// Build id of its workflow code.
+	BuildId string `protobuf:"bytes,18,opt,name=build_id,json=buildId,proto3" json:"build_id,omitempty"`
+	// Other builds whose runs it may also advance.
+	CompatibleBuildIds []string `protobuf:"bytes,19,rep,name=compatible_build_ids,json=compatibleBuildIds,proto3" json:"compatible_build_ids,omitempty"`
+	// Most workflow tasks it runs at once, apart from slots.
+	WorkflowSlots uint32 `protobuf:"varint,20,opt,name=workflow_slots,json=workflowSlots,proto3" json:"workflow_slots,omitempty"`
+	// Workflow tasks in flight on it now.
+	WorkflowSlotsInUse uint32 `protobuf:"varint,21,opt,name=workflow_slots_in_use,json=workflowSlotsInUse,proto3" json:"workflow_slots_in_use,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -324,6 +334,41 @@ func (x *Worker) GetServer() string {
 		return x.Server
 	}
 	return ""
+}
+
+func (x *Worker) GetWorkflowTypes() []string {
+	if x != nil {
+		return x.WorkflowTypes
+	}
+	return nil
+}
+
+func (x *Worker) GetBuildId() string {
+	if x != nil {
+		return x.BuildId
+	}
+	return ""
+}
+
+func (x *Worker) GetCompatibleBuildIds() []string {
+	if x != nil {
+		return x.CompatibleBuildIds
+	}
+	return nil
+}
+
+func (x *Worker) GetWorkflowSlots() uint32 {
+	if x != nil {
+		return x.WorkflowSlots
+	}
+	return 0
+}
+
+func (x *Worker) GetWorkflowSlotsInUse() uint32 {
+	if x != nil {
+		return x.WorkflowSlotsInUse
+	}
+	return 0
 }
 
 // PoolStats is the load of one pool (namespace, task queue).
@@ -1330,7 +1375,7 @@ var File_aion_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
+	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x06\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
@@ -1353,7 +1398,12 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\vsdk_version\x18\x0e \x01(\tR\n" +
 	"sdkVersion\x12\x12\n" +
 	"\x04peer\x18\x0f \x01(\tR\x04peer\x12\x16\n" +
-	"\x06server\x18\x10 \x01(\tR\x06server\"\xd5\x01\n" +
+	"\x06server\x18\x10 \x01(\tR\x06server\x12%\n" +
+	"\x0eworkflow_types\x18\x11 \x03(\tR\rworkflowTypes\x12\x19\n" +
+	"\bbuild_id\x18\x12 \x01(\tR\abuildId\x120\n" +
+	"\x14compatible_build_ids\x18\x13 \x03(\tR\x12compatibleBuildIds\x12%\n" +
+	"\x0eworkflow_slots\x18\x14 \x01(\rR\rworkflowSlots\x121\n" +
+	"\x15workflow_slots_in_use\x18\x15 \x01(\rR\x12workflowSlotsInUse\"\xd5\x01\n" +
 	"\tPoolStats\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +

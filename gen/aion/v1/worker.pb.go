@@ -576,8 +576,12 @@ type Register struct {
 	// The most workflow tasks the server keeps in flight on this worker, apart from its activity
 	// slots; 0 means 100 when workflow_types is set.
 	WorkflowSlots uint32 `protobuf:"varint,11,opt,name=workflow_slots,json=workflowSlots,proto3" json:"workflow_slots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Other build ids whose runs this worker's code may also advance: the deployer's declaration
+	// that this code takes the same steps as theirs, so their open runs need not wait for workers
+	// of their own build. Up to 16 names; new runs still start on the newest build_id.
+	CompatibleBuildIds []string `protobuf:"bytes,12,rep,name=compatible_build_ids,json=compatibleBuildIds,proto3" json:"compatible_build_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
@@ -685,6 +689,13 @@ func (x *Register) GetWorkflowSlots() uint32 {
 		return x.WorkflowSlots
 	}
 	return 0
+}
+
+func (x *Register) GetCompatibleBuildIds() []string {
+	if x != nil {
+		return x.CompatibleBuildIds
+	}
+	return nil
 }
 
 // ActivityResult reports the outcome of an attempt and frees the attempt's slot (see
@@ -1900,7 +1911,7 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\rworkflow_task\x18\t \x01(\v2\x15.aion.v1.WorkflowTaskH\x00R\fworkflowTask\x12F\n" +
 	"\x11workflow_task_ack\x18\n" +
 	" \x01(\v2\x18.aion.v1.WorkflowTaskAckH\x00R\x0fworkflowTaskAckB\t\n" +
-	"\amessage\"\x84\x03\n" +
+	"\amessage\"\xb6\x03\n" +
 	"\bRegister\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
@@ -1917,7 +1928,8 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\x0eworkflow_types\x18\t \x03(\tR\rworkflowTypes\x12\x19\n" +
 	"\bbuild_id\x18\n" +
 	" \x01(\tR\abuildId\x12%\n" +
-	"\x0eworkflow_slots\x18\v \x01(\rR\rworkflowSlots\"\x95\x02\n" +
+	"\x0eworkflow_slots\x18\v \x01(\rR\rworkflowSlots\x120\n" +
+	"\x14compatible_build_ids\x18\f \x03(\tR\x12compatibleBuildIds\"\x95\x02\n" +
 	"\x0eActivityResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
