@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -41,33 +40,13 @@ func startFleet(t *testing.T, dsn string, names ...string) *fleet {
 	return f
 }
 
-// startMember is startServer for a cluster member: its process is named
-// after the server, so the logs printed on failure say which one is which.
+// startMember is startServer for a cluster member named name on the
+// database dsn, with a 2s lease; killServer restarts it under the same name.
 func startMember(t *testing.T, dsn, name string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, grpc: freePort(t), http: freePort(t), dataDir: t.TempDir(),
+	c := &cluster{t: t, name: name, grpc: freePort(t), http: freePort(t), dataDir: t.TempDir(),
 		extra: []string{"--store", dsn, "--server-name", name, "--lease", "2s"}}
-	args := append([]string{"server", "--grpc-addr", c.grpc, "--http-addr", c.http, "--data-dir", c.dataDir}, c.extra...)
-	c.server = start(t, "server-"+name, args...)
-	c.restarts = 1
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + c.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s not ready within 30s", name)
-		}
-		select {
-		case <-c.server.done:
-			t.Fatalf("server %s exited during start: %v\n%s", name, c.server.err, c.server.output())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	c.boot()
 	cl, err := client.Dial(context.Background(), c.grpc)
 	if err != nil {
 		t.Fatal(err)

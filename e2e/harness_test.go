@@ -165,7 +165,10 @@ func freePort(t *testing.T) string {
 
 // cluster is one server process, its ports and data dir, and a client.
 type cluster struct {
-	t        *testing.T
+	t *testing.T
+	// name is the server's name in a cluster of servers; "" for a lone
+	// server.
+	name     string
 	grpc     string
 	http     string
 	dataDir  string
@@ -198,16 +201,26 @@ func startServerWith(t *testing.T, launch func(args ...string) *osexec.Cmd, extr
 	return c
 }
 
-// boot starts the server process and waits until it is ready. It commits
-// with --sqlite-sync normal unless the extra flags say otherwise.
+// boot starts the server process and waits until it is ready. A server on
+// SQLite commits with --sqlite-sync normal unless the extra flags say
+// otherwise.
 func (c *cluster) boot() {
 	c.t.Helper()
 	args := []string{"server", "--grpc-addr", c.grpc, "--http-addr", c.http, "--data-dir", c.dataDir}
-	if !slices.Contains(c.extra, "--sqlite-sync") {
+	if !slices.Contains(c.extra, "--sqlite-sync") && !slices.Contains(c.extra, "--store") {
 		args = append(args, "--sqlite-sync", "normal")
 	}
 	args = append(args, c.extra...)
-	c.server = startWith(c.t, fmt.Sprintf("server#%d", c.restarts), c.launch, args...)
+	// A cluster member's process is named after the server, so the logs
+	// printed on failure say which one is which.
+	label := fmt.Sprintf("server#%d", c.restarts)
+	if c.name != "" {
+		label = "server-" + c.name
+		if c.restarts > 0 {
+			label = fmt.Sprintf("server-%s#%d", c.name, c.restarts)
+		}
+	}
+	c.server = startWith(c.t, label, c.launch, args...)
 	c.restarts++
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -220,11 +233,11 @@ func (c *cluster) boot() {
 		}
 		select {
 		case <-c.server.done:
-			c.t.Fatalf("server exited during start: %v\n%s", c.server.err, c.server.output())
+			c.t.Fatalf("%s exited during start: %v\n%s", label, c.server.err, c.server.output())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	c.t.Fatal("server not ready within 30s")
+	c.t.Fatalf("%s not ready within 30s", label)
 }
 
 var registered = regexp.MustCompile(`aion worker registered" worker_id=(\d+)`)

@@ -267,6 +267,307 @@ func runOrderThroughKills(ctx context.Context, c *client.Client, ns string, i in
 	return run, tries, existing, nil
 }
 
+// orderRuns are order workflows driven through one client, a number of
+// them open at once: each goroutine starts the next order, trying again
+// through kills, and waits for its run to close.
+type orderRuns struct {
+	t     *testing.T
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	began time.Time
+	// runs are the closed runs by order number.
+	runs []*client.Run
+	// done counts the closed runs; retried the orders whose start was
+	// tried again after a kill, and existing those of them whose start
+	// found the run an earlier try had started.
+	done, retried, existing atomic.Int64
+	// stall is how long progress waits for runs to close (3 minutes
+	// unless set); stalled, when set, says what may hold them up.
+	stall   time.Duration
+	stalled func() string
+}
+
+// driveOrders starts total orders order-0000… in ns through c, open at
+// once. The runs stop at the end of the test at the latest: no run
+// goroutine outlives a failed test.
+func driveOrders(t *testing.T, c *client.Client, ns string, total, open int) *orderRuns {
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute)
+	d := &orderRuns{t: t, ctx: ctx, stop: stop, began: time.Now(), runs: make([]*client.Run, total), stall: 3 * time.Minute}
+	t.Cleanup(func() { stop(); d.wg.Wait() })
+	var next atomic.Int64
+	for range open {
+		d.wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= total || ctx.Err() != nil {
+					return
+				}
+				run, tries, found, err := runOrderThroughKills(ctx, c, ns, i)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("order %d: %v", i, err)
+						stop()
+					}
+					return
+				}
+				if tries > 1 {
+					d.retried.Add(1)
+				}
+				if found {
+					d.existing.Add(1)
+				}
+				d.runs[i] = run
+				d.done.Add(1)
+			}
+		})
+	}
+	return d
+}
+
+// progress waits until n runs have closed, and stops the test when the runs
+// stopped first.
+func (d *orderRuns) progress(n int64) {
+	d.t.Helper()
+	for deadline := time.Now().Add(d.stall); d.done.Load() < n && d.ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			why := ""
+			if d.stalled != nil {
+				why = "; " + d.stalled()
+			}
+			d.t.Fatalf("%d runs closed, not %d within %v%s", d.done.Load(), n, d.stall, why)
+		}
+	}
+	if d.ctx.Err() != nil {
+		d.wg.Wait()
+		d.t.Fatalf("the runs stopped after %d closed: %v", d.done.Load(), d.ctx.Err())
+	}
+}
+
+// planStep is something a kill test does once at runs closed.
+type planStep struct {
+	at   int64
+	what string
+	do   func()
+}
+
+// follow does each step of the plan when its number of runs has closed.
+func (d *orderRuns) follow(plan []planStep) {
+	d.t.Helper()
+	for _, p := range plan {
+		d.progress(p.at)
+		at := time.Now()
+		p.do()
+		d.t.Logf("%s after %d runs closed (%v in): took %v", p.what, d.done.Load(), at.Sub(d.began).Round(time.Millisecond),
+			time.Since(at).Round(time.Millisecond))
+	}
+}
+
+// finish waits for every run to close and returns them by order number.
+func (d *orderRuns) finish() []*client.Run {
+	d.t.Helper()
+	d.progress(int64(len(d.runs)))
+	d.wg.Wait()
+	d.t.Logf("%d runs closed in %v; %d starts were tried again after a kill, %d of them found the run an earlier try had started",
+		len(d.runs), time.Since(d.began).Round(time.Millisecond), d.retried.Load(), d.existing.Load())
+	return d.runs
+}
+
+// checkOrderRuns checks the closed runs of driveOrders, reading through c:
+// every run completed with every step's result, each workflow id in ns has
+// one run, and each history numbers its events from 1 without gaps and
+// records each step once (four activities, one timer). It returns the
+// histories by order number, and stops the test on a failure.
+func checkOrderRuns(t *testing.T, c *client.Client, ns string, runs []*client.Run) [][]client.Event {
+	t.Helper()
+	for i, r := range runs {
+		if err := checkOrder(r, strconv.Itoa(i), ""); err != nil {
+			t.Error(err)
+		}
+	}
+	perID := map[string]int{}
+	for page := (&client.RunPage{}); ; {
+		var err error
+		page, err = c.ListWorkflows(bounded(t, 30*time.Second), client.ListWorkflowsOptions{Namespace: ns, PageToken: page.NextPageToken, PageSize: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Runs {
+			perID[r.WorkflowID]++
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+	}
+	for id, n := range perID {
+		if n != 1 {
+			t.Errorf("workflow %s has %d runs, want 1", id, n)
+		}
+	}
+	if len(perID) != len(runs) {
+		t.Errorf("%d workflow ids have runs, want %d", len(perID), len(runs))
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	ctx := bounded(t, 2*time.Minute)
+	histories := make([][]client.Event, len(runs))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < len(runs); i += 4 {
+				r := runs[i]
+				evs, err := fetchHistory(ctx, c.Workflow(ns, r.WorkflowID, r.RunID))
+				if err != nil {
+					t.Errorf("history of %s: %v", r.WorkflowID, err)
+					continue
+				}
+				for k, ev := range evs {
+					if ev.Seq != int64(k+1) {
+						t.Errorf("history of %s: event %d has seq %d; want seqs from 1 without gaps", r.WorkflowID, k+1, ev.Seq)
+						break
+					}
+				}
+				if int64(len(evs)) != r.HistoryLength {
+					t.Errorf("history of %s has %d events, its run says %d", r.WorkflowID, len(evs), r.HistoryLength)
+				}
+				if count(evs, "activity_scheduled") != 4 || count(evs, "timer_started") != 1 || count(evs, "timer_fired") != 1 ||
+					count(evs, "workflow_closed") != 1 {
+					t.Errorf("history of %s: %s; want 4 activity_scheduled, 1 timer_started, 1 timer_fired, 1 workflow_closed",
+						r.WorkflowID, kinds(evs))
+				}
+				histories[i] = evs
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return histories
+}
+
+// stepRuns are the executions of one step activity in the ledger, and the
+// activity as the server reports it.
+type stepRuns struct {
+	id  string
+	ran []ledgerLine
+	act *client.Activity
+}
+
+// checkLedger checks the demo workers' ledger against the runs' histories,
+// reading the step activities through c: every step activity ran (the
+// ledger has it), nothing ran that no history scheduled, and no step ran
+// again once it had completed (W2): every execution of an activity began
+// before the server recorded its close. It returns the step activities the
+// histories scheduled with their executions.
+//
+// Both times are read from this machine's wall clock, and a ledger line is
+// written and synced before the handler returns, hence before the worker
+// sends the result whose arrival the server stamps as the close time: no
+// tolerance is needed.
+func checkLedger(t *testing.T, c *client.Client, ns, ledger string, runs []*client.Run, histories [][]client.Event) []stepRuns {
+	t.Helper()
+	lines := readLedger(t, ledger)
+	known := map[string]bool{}
+	var steps []stepRuns
+	for i, evs := range histories {
+		for _, ev := range evs {
+			if ev.Kind != "activity_scheduled" {
+				continue
+			}
+			a, err := attrs(ev)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			if known[a.ActivityID] {
+				t.Errorf("run %s: step activity %s is scheduled twice", runs[i].WorkflowID, a.ActivityID)
+				continue
+			}
+			known[a.ActivityID] = true
+			ls := lines[a.ActivityID]
+			if len(ls) == 0 {
+				t.Errorf("run %s: step activity %s (%s) is not in the ledger", runs[i].WorkflowID, a.ActivityID, a.ActivityType)
+				continue
+			}
+			for _, l := range ls {
+				if l.typ != a.ActivityType {
+					t.Errorf("ledger: %s ran as %s, history scheduled %s", a.ActivityID, l.typ, a.ActivityType)
+				}
+			}
+			steps = append(steps, stepRuns{id: a.ActivityID, ran: ls})
+		}
+	}
+	for id := range lines {
+		if !known[id] {
+			t.Errorf("ledger: activity %s ran, but no run's history scheduled it", id)
+		}
+	}
+	ctx := bounded(t, 2*time.Minute)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := g; k < len(steps); k += 4 {
+				s := &steps[k]
+				a, err := c.Get(ctx, ns, s.id)
+				if err != nil {
+					t.Errorf("get %s: %v", s.id, err)
+					continue
+				}
+				s.act = a
+				if a.State != client.StateCompleted {
+					t.Errorf("step activity %s is %s, want completed", s.id, a.State)
+					continue
+				}
+				for _, l := range s.ran {
+					if l.at >= a.ClosedTime.UnixNano() {
+						t.Errorf("step activity %s ran (attempt %d) at %s, after it completed at %s",
+							s.id, l.attempt, time.Unix(0, l.at).UTC().Format(time.RFC3339Nano), a.ClosedTime.UTC().Format(time.RFC3339Nano))
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return steps
+}
+
+// describe renders a step activity's executions and its recorded attempts,
+// for logs and failure messages.
+func (s stepRuns) describe() string {
+	var ran, recorded []string
+	for _, l := range s.ran {
+		ran = append(ran, fmt.Sprintf("#%d at %s", l.attempt, time.Unix(0, l.at).UTC().Format("15:04:05.000000")))
+	}
+	if s.act != nil {
+		for _, at := range s.act.Attempts {
+			r := fmt.Sprintf("#%d on worker %d %s", at.Number, at.WorkerID, at.Outcome)
+			if at.Failure != nil {
+				r += " " + at.Failure.Type
+			}
+			recorded = append(recorded, r)
+		}
+	}
+	return fmt.Sprintf("%s ran as %s; its attempts: %s", s.id, strings.Join(ran, ", "), strings.Join(recorded, ", "))
+}
+
+// repeats counts the step activities that ran more than once, and logs a
+// few of them.
+func repeats(t *testing.T, steps []stepRuns) int {
+	t.Helper()
+	n := 0
+	for _, s := range steps {
+		if len(s.ran) > 1 {
+			if n++; n <= 3 {
+				t.Logf("for example %s", s.describe())
+			}
+		}
+	}
+	return n
+}
+
 // TestWorkflowsSurviveServerAndWorkerKills runs 1,000 order workflows on
 // two demo workers while the server is SIGKILLed three times and each
 // worker once, at points chosen by progress. Every run completes with the
@@ -289,48 +590,7 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 		ws[i], _ = c.worker(fmt.Sprintf("w%d", i), args...)
 	}
 
-	ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer stop()
-	runs := make([]*client.Run, total)
-	var next, done, retried, existing atomic.Int64
-	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() }) // no run goroutine outlives a failed test
-	for range open {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= total || ctx.Err() != nil {
-					return
-				}
-				run, tries, found, err := runOrderThroughKills(ctx, c.client, ns, i)
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Errorf("order %d: %v", i, err)
-						stop()
-					}
-					return
-				}
-				if tries > 1 {
-					retried.Add(1)
-				}
-				if found {
-					existing.Add(1)
-				}
-				runs[i] = run
-				done.Add(1)
-			}
-		})
-	}
-
-	began := time.Now()
-	progress := func(n int64) {
-		t.Helper()
-		eventually(t, 3*time.Minute, fmt.Sprintf("%d runs closed", n), func() bool { return done.Load() >= n || ctx.Err() != nil })
-		if ctx.Err() != nil {
-			wg.Wait()
-			t.Fatalf("the runs stopped after %d closed: %v", done.Load(), ctx.Err())
-		}
-	}
+	d := driveOrders(t, c.client, ns, total, open)
 	// The restarted server logs how many open runs it loaded, when any: a
 	// kill must catch runs open.
 	recovered := regexp.MustCompile(`msg="open workflow runs recovered" open_runs=(\d+)`)
@@ -343,11 +603,7 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 		ws[i].signal(syscall.SIGKILL)
 		ws[i].exit(10 * time.Second)
 	}
-	plan := []struct {
-		at   int64
-		what string
-		do   func()
-	}{
+	d.follow([]planStep{
 		{total * 20 / 100, "kill the server", killServer},
 		{total * 30 / 100, "kill worker 0", func() { killWorker(0) }},
 		{total * 35 / 100, "restart worker 0", func() { ws[0], _ = c.worker("w0", args...) }},
@@ -355,155 +611,11 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 		{total * 60 / 100, "kill worker 1", func() { killWorker(1) }},
 		{total * 65 / 100, "restart worker 1", func() { ws[1], _ = c.worker("w1", args...) }},
 		{total * 70 / 100, "kill the server", killServer},
-	}
-	for _, p := range plan {
-		progress(p.at)
-		at := time.Now()
-		p.do()
-		t.Logf("%s after %d runs closed (%v in): took %v", p.what, done.Load(), at.Sub(began).Round(time.Millisecond), time.Since(at).Round(time.Millisecond))
-	}
-	progress(total)
-	wg.Wait()
-	t.Logf("%d runs closed in %v; %d starts were tried again after a kill, %d of them found the run an earlier try had started",
-		total, time.Since(began).Round(time.Millisecond), retried.Load(), existing.Load())
-
-	// Every run completed with every step's result, once per workflow id.
-	for i, r := range runs {
-		if err := checkOrder(r, strconv.Itoa(i), ""); err != nil {
-			t.Error(err)
-		}
-	}
-	perID := map[string]int{}
-	for page := (&client.RunPage{}); ; {
-		var err error
-		page, err = c.client.ListWorkflows(bounded(t, 30*time.Second), client.ListWorkflowsOptions{Namespace: ns, PageToken: page.NextPageToken, PageSize: 500})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range page.Runs {
-			perID[r.WorkflowID]++
-		}
-		if page.NextPageToken == "" {
-			break
-		}
-	}
-	for id, n := range perID {
-		if n != 1 {
-			t.Errorf("workflow %s has %d runs, want 1", id, n)
-		}
-	}
-	if len(perID) != total {
-		t.Errorf("%d workflow ids have runs, want %d", len(perID), total)
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	// Each run recorded each step once: four activities, one timer.
-	scheduled := make([]map[string]string, total) // activity id -> type, by run
-	var hwg sync.WaitGroup
-	for g := range 4 {
-		hwg.Go(func() {
-			for i := g; i < total; i += 4 {
-				r := runs[i]
-				evs, err := fetchHistory(ctx, c.client.Workflow(ns, r.WorkflowID, r.RunID))
-				if err != nil {
-					t.Errorf("history of %s: %v", r.WorkflowID, err)
-					continue
-				}
-				for k, ev := range evs {
-					if ev.Seq != int64(k+1) {
-						t.Errorf("history of %s: event %d has seq %d; want seqs from 1 without gaps", r.WorkflowID, k+1, ev.Seq)
-						break
-					}
-				}
-				if int64(len(evs)) != r.HistoryLength {
-					t.Errorf("history of %s has %d events, its run says %d", r.WorkflowID, len(evs), r.HistoryLength)
-				}
-				if count(evs, "activity_scheduled") != 4 || count(evs, "timer_started") != 1 || count(evs, "timer_fired") != 1 ||
-					count(evs, "workflow_closed") != 1 {
-					t.Errorf("history of %s: %s; want 4 activity_scheduled, 1 timer_started, 1 timer_fired, 1 workflow_closed",
-						r.WorkflowID, kinds(evs))
-				}
-				scheduled[i] = map[string]string{}
-				for _, ev := range evs {
-					if ev.Kind != "activity_scheduled" {
-						continue
-					}
-					a, err := attrs(ev)
-					if err != nil {
-						t.Error(err)
-						continue
-					}
-					scheduled[i][a.ActivityID] = a.ActivityType
-				}
-			}
-		})
-	}
-	hwg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	// Every step activity ran (the ledger has it), nothing ran that no
-	// history scheduled, and no step ran again once it had completed: every
-	// execution of an activity began before the server recorded its close.
-	// Both times are read from this machine's wall clock, and a ledger line
-	// is written and synced before the handler returns, hence before the
-	// worker sends the result whose arrival the server stamps as the close
-	// time: no tolerance is needed.
-	lines := readLedger(t, ledger)
-	known := map[string]bool{}
-	type check struct {
-		id string
-		ls []ledgerLine
-	}
-	var checks []check
-	for i, acts := range scheduled {
-		for id, typ := range acts {
-			known[id] = true
-			ls := lines[id]
-			if len(ls) == 0 {
-				t.Errorf("run %s: step activity %s (%s) is not in the ledger", runs[i].WorkflowID, id, typ)
-				continue
-			}
-			for _, l := range ls {
-				if l.typ != typ {
-					t.Errorf("ledger: %s ran as %s, history scheduled %s", id, l.typ, typ)
-				}
-			}
-			checks = append(checks, check{id, ls})
-		}
-	}
-	for id := range lines {
-		if !known[id] {
-			t.Errorf("ledger: activity %s ran, but no run's history scheduled it", id)
-		}
-	}
-	var cwg sync.WaitGroup
-	for g := range 4 {
-		cwg.Go(func() {
-			for k := g; k < len(checks); k += 4 {
-				ch := checks[k]
-				a, err := c.client.Get(ctx, ns, ch.id)
-				if err != nil {
-					t.Errorf("get %s: %v", ch.id, err)
-					continue
-				}
-				if a.State != client.StateCompleted {
-					t.Errorf("step activity %s is %s, want completed", ch.id, a.State)
-					continue
-				}
-				for _, l := range ch.ls {
-					if l.at >= a.ClosedTime.UnixNano() {
-						t.Errorf("step activity %s ran (attempt %d) at %s, after it completed at %s",
-							ch.id, l.attempt, time.Unix(0, l.at).UTC().Format(time.RFC3339Nano), a.ClosedTime.UTC().Format(time.RFC3339Nano))
-					}
-				}
-			}
-		})
-	}
-	cwg.Wait()
+	})
+	runs := d.finish()
+	histories := checkOrderRuns(t, c.client, ns, runs)
+	steps := checkLedger(t, c.client, ns, ledger, runs, histories)
+	repeated := repeats(t, steps)
 
 	// A step runs more than once only when a kill cut its attempt short:
 	// an attempt in flight on a killed worker is retried elsewhere, and
@@ -512,27 +624,14 @@ func TestWorkflowsSurviveServerAndWorkerKills(t *testing.T) {
 	// most `slots` attempts in flight on a worker until their results are
 	// durable, so a worker kill explains at most `slots` repeats and a
 	// server kill `workers × slots`.
-	repeats := 0
-	for _, ch := range checks {
-		if len(ch.ls) > 1 {
-			repeats++
-			if repeats <= 3 {
-				var attempts []int
-				for _, l := range ch.ls {
-					attempts = append(attempts, l.attempt)
-				}
-				t.Logf("for example %s ran as attempts %v", ch.id, attempts)
-			}
-		}
-	}
 	bound := slots * (3*workers + 2)
-	t.Logf("%d step activities ran, %d of them more than once (the kills explain at most %d)", len(checks), repeats, bound)
-	if len(checks) != 4*total {
-		t.Errorf("%d step activities, want %d", len(checks), 4*total)
+	t.Logf("%d step activities ran, %d of them more than once (the kills explain at most %d)", len(steps), repeated, bound)
+	if len(steps) != 4*total {
+		t.Errorf("%d step activities, want %d", len(steps), 4*total)
 	}
-	if repeats > bound {
+	if repeated > bound {
 		t.Errorf("%d step activities ran more than once; three server kills and two worker kills with %d slots per worker explain at most %d",
-			repeats, slots, bound)
+			repeated, slots, bound)
 	}
 }
 
@@ -805,17 +904,30 @@ func cancelAgentTurn(t *testing.T) {
 	const ns = "agents"
 	c := startServer(t)
 	w, _ := c.worker("w", "--namespace", ns)
-	h, err := client.StartWorkflow(bounded(t, 10*time.Second), c.client,
+	agentTurnCanceled(t, ns, c, c, w)
+}
+
+// agentTurnCanceled starts a demo agent run with a minute-long model turn
+// through front, and once the turn runs on the worker w, which serves ns on
+// holder, cancels the run with "aion workflow cancel" against front: the
+// turn's handler sees the cancellation and stops, its activity closes
+// canceled with one attempt, and the run closes canceled with one
+// cancel_requested in its history.
+func agentTurnCanceled(t *testing.T, ns string, front, holder *cluster, w *proc) {
+	t.Helper()
+	h, err := client.StartWorkflow(bounded(t, 10*time.Second), front.client,
 		client.StartWorkflowOptions{Namespace: ns, WorkflowID: "agent-1", WorkflowType: "agent"},
 		map[string]any{"task": "write a poem", "turn_ms": 60000, "max_turns": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The holder knows the run's pending steps and the worker of each.
+	held := holder.client.Workflow(ns, h.WorkflowID, "")
 	var turn string
 	eventually(t, 30*time.Second, "the agent's model turn runs on the worker", func() bool {
 		ctx, cancel := short()
 		defer cancel()
-		r, err := h.Get(ctx)
+		r, err := held.Get(ctx)
 		if err != nil {
 			return false
 		}
@@ -827,9 +939,9 @@ func cancelAgentTurn(t *testing.T) {
 		}
 		return false
 	})
-	c.waitState(ns, turn, client.StateRunning)
+	holder.waitState(ns, turn, client.StateRunning)
 
-	out, code := c.cli("workflow", "cancel", "agent-1", "--namespace", ns, "--reason", "operator stop")
+	out, code := front.cli("workflow", "cancel", "agent-1", "--namespace", ns, "--reason", "operator stop")
 	if code != 0 || !strings.Contains(out, "cancel requested for workflow agent-1") {
 		t.Fatalf("aion workflow cancel: exit %d, %s", code, out)
 	}
@@ -841,7 +953,7 @@ func cancelAgentTurn(t *testing.T) {
 	if run.Status != client.RunCanceled || run.Failure == nil || run.Failure.Type != "canceled" {
 		t.Fatalf("run closed %s (%+v), want canceled", run.Status, run.Failure)
 	}
-	a := c.wait(ns, turn)
+	a := front.wait(ns, turn)
 	if a.State != client.StateCanceled || len(a.Attempts) != 1 || a.Attempts[0].Outcome != client.OutcomeCanceled {
 		t.Fatalf("the model turn's activity: %s, attempts %+v; want one attempt, canceled", a.State, a.Attempts)
 	}
