@@ -283,8 +283,12 @@ func (e *Engine) loadRunRecord(ctx context.Context, rec store.Run) error {
 		case aionv1.StepKind_STEP_KIND_TIMER:
 			e.armStepTimerLocked(r, s.n, s.timerAt)
 		case aionv1.StepKind_STEP_KIND_ACTIVITY:
-			if a := e.open[s.activity]; a != nil && e.cl == nil {
-				a.step = r.stepRef(s.n)
+			if a := e.open[s.activity]; a != nil {
+				// Open here: alone, it reports its close to the run; in a
+				// cluster it runs on a local worker and posts its close.
+				if e.cl == nil {
+					a.step = r.stepRef(s.n)
+				}
 				continue
 			}
 			// In a cluster the activity lives in the store: inserting it
@@ -334,9 +338,37 @@ func (e *Engine) restoreStepActivityLocked(r *wfRun, s *wfStep, now time.Time) {
 		Payload: req.Payload, PayloadSize: len(req.Payload), Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts),
 		Retry: e.retry(req.Retry), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
+	if e.cl != nil {
+		e.restoreStepInStoreLocked(r, s, rec)
+		return
+	}
 	a := &activity{rec: rec, creating: make(chan struct{}), size: len(req.Payload), step: r.stepRef(s.n)}
 	e.addOpenLocked(a)
 	e.insertStepActivityLocked(a)
+}
+
+// restoreStepInStoreLocked is restoreStepActivityLocked in a cluster, where
+// the step's activity lives in the store and may be running on any server:
+// nothing is put in memory. Inserting it again is a no-op for an activity
+// that exists, whose state is then read: a closed one reports its outcome
+// to the run, an open one posts its close when it ends. One whose insert a
+// crash cut short is inserted and announced to the servers that claim it.
+func (e *Engine) restoreStepInStoreLocked(r *wfRun, s *wfStep, rec store.Activity) {
+	e.commit.Submit(store.InsertActivity{Activity: rec}, func(created bool, err error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		switch {
+		case err != nil:
+			e.log.Error("restore a workflow step's activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
+		case created:
+			t := tripleOf(&rec)
+			e.claims.dirty[t] = struct{}{}
+			e.claims.wake()
+			e.announce(t)
+		default:
+			e.adoptStepActivity(&activity{rec: rec, step: r.stepRef(s.n)})
+		}
+	})
 }
 
 // reconcileChildren records the close of children that closed while their

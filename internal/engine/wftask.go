@@ -515,8 +515,12 @@ func (e *Engine) applyCommandLocked(r *wfRun, c *aionv1.WorkflowCommand, now tim
 // step ran before a crash cut its event short) reports its outcome instead.
 func (e *Engine) startStepActivityLocked(r *wfRun, s *wfStep, req Request, now time.Time) {
 	k := key{req.Namespace, req.ID}
-	if a := e.open[k]; a != nil && e.cl == nil {
-		a.step = r.stepRef(s.n)
+	if a := e.open[k]; a != nil {
+		// Open here already (a task redone after a crash): alone, it
+		// reports to the run; in a cluster it posts its close.
+		if e.cl == nil {
+			a.step = r.stepRef(s.n)
+		}
 		return
 	}
 	rec := store.Activity{

@@ -746,3 +746,63 @@ func TestCompatibleBuildAdvancesAnOlderBuildsRun(t *testing.T) {
 	}
 	idle(t, v2.conn.wf, "a v1 run's task on a v2 worker")
 }
+
+// A server that claims a run whose step activity it already runs on a
+// local worker keeps that attempt: the worker's result is accepted and the
+// run hears of it.
+func TestClaimingARunKeepsItsStepRunningHere(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Fresh(t, 0)
+	back, st := setupCluster(t, dsn, "back")
+	fw := back.joinWorkflows("v1", 10, "order")
+	poll := func() { back.clk.Advance(time.Second) }
+	run := back.startWF("o-1", "order", `1`)
+	fw.mustAnswer(fw.next(), false, scheduleActivity(1, "t", `"work"`))
+	a := fw.activity()
+
+	// The run leaves this server's memory and the store lets it go, as
+	// after a release; the step's attempt keeps running here.
+	k := runKey{"ns", run.RunID}
+	back.eng.mu.Lock()
+	r := back.eng.runs[k]
+	back.eng.dropRunLocked(r)
+	back.eng.mu.Unlock()
+	self := back.eng.cl.Self
+	if ok, err := st.ReleaseRun(context.Background(), self, "ns", run.RunID); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	poll()
+	pollUntil(t, "the run claimed again", func() bool {
+		back.eng.mu.Lock()
+		defer back.eng.mu.Unlock()
+		return back.eng.runs[k] != nil && back.eng.runs[k].creating == nil
+	})
+	fw.completeActivity(a, `"done"`) // fails the test if the attempt was lost
+	poll()
+	var seen []string
+	for !slices.Contains(seen, "ActivityClosed#1") {
+		task := fw.next()
+		seen = append(seen, kinds(task.GetEvents())...)
+		if !slices.Contains(seen, "ActivityClosed#1") {
+			fw.mustAnswer(task, false)
+			poll()
+			continue
+		}
+		fw.mustAnswer(task, false, complete(`"ok"`))
+	}
+	if got := back.waitWF("o-1"); got.Status != store.RunCompleted {
+		t.Fatalf("run: %+v", got)
+	}
+}
+
+// pollUntil polls cond until it holds, failing the test after patience.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, patience)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

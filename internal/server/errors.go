@@ -43,7 +43,8 @@ func codeOf(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, engine.ErrResourceExhausted), errors.Is(err, limit.ErrTooLarge), errors.Is(err, namespace.ErrLimit):
 		return codes.ResourceExhausted
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, store.ErrClosed), errors.Is(err, errShuttingDown),
+		errors.Is(err, engine.ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, store.ErrUnavailable):
 		// The database is unreachable or the connection to it broke: nothing
