@@ -96,22 +96,23 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			}
 		}
 	}
-	// Memory is bounded by connection: each has its own page cache (the
-	// writer's is large, for group commits; readers' are small and few), and
-	// the file is read, not memory-mapped, so its pages are not counted
-	// again in every connection's mapping. No commit checkpoints
+	// Memory is bounded by connection: each has its own page cache (16 MiB
+	// for the writer, 4 MiB for each of the few readers; more cost memory
+	// under a flood of large payloads and bought no throughput), and the
+	// file is read, not memory-mapped, so its pages are not counted again
+	// in every connection's mapping. No commit checkpoints
 	// (wal_autocheckpoint=0): the checkpointer does, beside them.
 	dsn := func(cacheKiB int) string {
 		return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + o.synchronous + ")" +
 			"&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)" + fmt.Sprintf("&_pragma=cache_size(-%d)", cacheKiB) +
 			"&_pragma=mmap_size(0)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"
 	}
-	writer, err := sql.Open("sqlite", dsn(64<<10))
+	writer, err := sql.Open("sqlite", dsn(16<<10))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
 	writer.SetMaxOpenConns(1)
-	reader, err := sql.Open("sqlite", dsn(8<<10))
+	reader, err := sql.Open("sqlite", dsn(4<<10))
 	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
