@@ -171,10 +171,40 @@ func (r *receiveRate) charge(caller string, n int) {
 // under; a call without one (a worker stream) reads its frames unmetered.
 type callerKey struct{}
 
+// refusedKey holds, in a call's context, why the tap refused it.
+type refusedKey struct{}
+
 // admitCall is the transport tap: it runs when a call's headers arrive,
 // before its body is read, on the connection's reading goroutine, so it
 // must not block.
+//
+// It decides there, but a refusal is carried in the call's context and
+// answered by the handler wrapper before the body is read (see refusal),
+// not by failing the tap: grpc-go never ends the context of a call its tap
+// refused, so that context and the timer of the caller's deadline
+// (grpc-timeout, which may be years) would stay in memory until the
+// deadline, a few hundred bytes per refused call. A call that returns from
+// its handler ends its context at once.
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	out, err := s.decideCall(ctx, info)
+	if err != nil {
+		out = context.WithValue(ctx, refusedKey{}, err)
+		s.refusedOpen.Add(1)
+		context.AfterFunc(out, func() { s.refusedOpen.Add(-1) })
+		return out, nil
+	}
+	return out, nil
+}
+
+// refusal is the error the tap decided for a call, or nil.
+func refusal(ctx context.Context) error {
+	err, _ := ctx.Value(refusedKey{}).(error)
+	return err
+}
+
+// decideCall authenticates, authorizes and rate-checks a call from its
+// headers.
+func (s *Server) decideCall(ctx context.Context, info *tap.Info) (context.Context, error) {
 	method := info.FullMethodName
 	public := auth.Public(method)
 	caller := anonymous
@@ -321,6 +351,9 @@ func (s decodingStream) RecvMsg(m any) error {
 }
 
 func (s *Server) streamDecode(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := refusal(ss.Context()); err != nil {
+		return err
+	}
 	return h(srv, decodingStream{ServerStream: ss, srv: s})
 }
 
@@ -332,6 +365,9 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 	for i, m := range desc.Methods {
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			if err := refusal(ctx); err != nil {
+				return nil, err // before the body is read
+			}
 			return h(srv, ctx, func(v any) error { return s.read(ctx, v, dec) }, ic)
 		}
 		d.Methods[i] = m

@@ -157,3 +157,32 @@ func httpGet(url string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, nil
 }
+
+// A call refused from its headers ends at once on the server, whatever
+// deadline its caller set: its context (and the timer of its deadline)
+// does not stay in memory until then, so refusals in a loop with long
+// deadlines cannot pile up.
+func TestRefusedCallsEndTheirContextAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withTenantKeys)
+	anon := b.as(t, "")
+	limited := b.as(t, "tenant-a-worker-secret")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for range 50 {
+		if _, err := anon.activities.Get(ctx, &aionv1.GetActivityRequest{Namespace: "tenant-a", Id: "x"}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("no token: %v", err)
+		}
+		if _, err := limited.activities.Schedule(ctx, &aionv1.ScheduleRequest{Namespace: "tenant-a", ActivityType: "job",
+			Payload: make([]byte, 1<<20)}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("worker role scheduling: %v", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for server.RefusedCallsOpen(b.srv) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refused calls still hold their context after they were answered", server.RefusedCallsOpen(b.srv))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

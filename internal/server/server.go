@@ -73,15 +73,17 @@ type Server struct {
 	decoder       *decoder
 	clientStreams map[string]bool
 
-	grpc     *grpc.Server
-	health   *health.Server
-	http     *http.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	bg       sync.WaitGroup
-	stopBG   context.CancelFunc
-	serving  sync.WaitGroup
-	serveErr chan error
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	grpcLis net.Listener
+	// refusedOpen counts refused calls whose context has not ended yet.
+	refusedOpen atomic.Int64
+	httpLis     net.Listener
+	bg          sync.WaitGroup
+	stopBG      context.CancelFunc
+	serving     sync.WaitGroup
+	serveErr    chan error
 
 	connsMu sync.Mutex
 	conns   map[registry.WorkerID]*conn
