@@ -52,6 +52,20 @@ func (r *runRef) handle(c *client.Client, id string) (*client.WorkflowHandle, er
 	return c.Workflow(r.namespace, id, r.runID), nil
 }
 
+// withRun calls f with a handle on the run ref names and a context bounded
+// like any unary call.
+func (a *app) withRun(cmd *cobra.Command, ref *runRef, id string, f func(ctx context.Context, h *client.WorkflowHandle) error) error {
+	return a.withClient(cmd.Context(), func(c *client.Client) error {
+		h, err := ref.handle(c, id)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := a.unary(cmd.Context())
+		defer cancel()
+		return f(ctx, h)
+	})
+}
+
 func (a *app) workflowStartCommand() *cobra.Command {
 	var (
 		ns, typ, tq, id, input, reuse string
@@ -171,13 +185,7 @@ pending step with the worker running it.`,
   aion workflow get order-42 --namespace demo --run 0193c0de... --output json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				run, err := h.Get(ctx)
 				if err != nil {
 					return err
@@ -300,13 +308,7 @@ if no worker is connected now.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				if err := h.Signal(ctx, sig, client.Payload(payload)); err != nil {
 					return err
 				}
@@ -343,13 +345,7 @@ history. It fails with Unavailable when no such worker answers in time.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				var out client.Payload
 				if err := h.Query(ctx, qry, client.Payload(payload), &out); err != nil {
 					return err
@@ -378,13 +374,7 @@ canceled. Use terminate to stop a run without running its code.`,
 		Example: `  aion workflow cancel order-42 --namespace demo --reason "customer withdrew"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				run, err := h.Cancel(ctx, reason)
 				if err != nil {
 					return err
@@ -413,13 +403,7 @@ its running activities and children are canceled.`,
 		Example: `  aion workflow terminate order-42 --namespace demo --reason "stuck on bad input"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				run, err := h.Terminate(ctx, reason)
 				if err != nil {
 					return err
@@ -444,13 +428,7 @@ kind and step. --output json prints each event's attributes too.`,
   aion workflow history order-42 --namespace demo --output json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withClient(cmd.Context(), func(c *client.Client) error {
-				h, err := ref.handle(c, args[0])
-				if err != nil {
-					return err
-				}
-				ctx, cancel := a.unary(cmd.Context())
-				defer cancel()
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
 				evs := []client.Event{}
 				for ev, err := range h.History(ctx) {
 					if err != nil {
