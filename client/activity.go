@@ -45,6 +45,11 @@ type ScheduleOptions struct {
 	HeartbeatTimeout time.Duration
 	// RetryPolicy; nil (or zero fields) takes the server defaults.
 	RetryPolicy *RetryPolicy
+	// StartDelay or StartAt (at most one) delay the start: the activity is
+	// durable at once and waits as scheduled until then. A StartAt in the
+	// past is now.
+	StartDelay time.Duration
+	StartAt    time.Time
 }
 
 func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
@@ -60,6 +65,8 @@ func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
 		ScheduleToCloseTimeout: durationToProto(o.ScheduleToCloseTimeout),
 		HeartbeatTimeout:       durationToProto(o.HeartbeatTimeout),
 		RetryPolicy:            o.RetryPolicy.toProto(),
+		StartDelay:             durationToProto(o.StartDelay),
+		StartTime:              timeToProto(o.StartAt),
 	}
 }
 

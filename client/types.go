@@ -265,6 +265,9 @@ type Activity struct {
 	ScheduledTime time.Time
 	StartedTime   time.Time
 	ClosedTime    time.Time
+	// ReadyTime is when the activity becomes (or became) ready for its next
+	// attempt: its delayed start, or the end of a retry's backoff.
+	ReadyTime time.Time
 
 	// Attempts holds every attempt so far, oldest first.
 	Attempts []Attempt
@@ -308,6 +311,7 @@ type activityJSON struct {
 	ScheduledTime          *time.Time      `json:"scheduled_time,omitempty"`
 	StartedTime            *time.Time      `json:"started_time,omitempty"`
 	ClosedTime             *time.Time      `json:"closed_time,omitempty"`
+	ReadyTime              *time.Time      `json:"ready_time,omitempty"`
 	Attempts               []attemptJSON   `json:"attempts,omitempty"`
 	LastHeartbeatDetails   Payload         `json:"last_heartbeat_details,omitempty"`
 }
@@ -354,6 +358,7 @@ func (a *Activity) MarshalJSON() ([]byte, error) {
 		ScheduledTime:        timePtr(a.ScheduledTime),
 		StartedTime:          timePtr(a.StartedTime),
 		ClosedTime:           timePtr(a.ClosedTime),
+		ReadyTime:            timePtr(a.ReadyTime),
 		LastHeartbeatDetails: a.LastHeartbeatDetails,
 	}
 	for _, at := range a.Attempts {
@@ -404,6 +409,7 @@ func activityFromProto(p *aionv1.Activity) *Activity {
 		ScheduledTime:          timeFromProto(p.GetScheduledTime()),
 		StartedTime:            timeFromProto(p.GetStartedTime()),
 		ClosedTime:             timeFromProto(p.GetClosedTime()),
+		ReadyTime:              timeFromProto(p.GetReadyTime()),
 		LastHeartbeatDetails:   Payload(p.GetLastHeartbeatDetails()),
 		PayloadSize:            p.GetPayloadSize(),
 	}
@@ -440,4 +446,12 @@ func timeFromProto(t *timestamppb.Timestamp) time.Time {
 		return time.Time{}
 	}
 	return t.AsTime()
+}
+
+// timeToProto is nil for the zero time.
+func timeToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
 }

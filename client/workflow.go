@@ -154,6 +154,10 @@ type StartWorkflowOptions struct {
 	TaskQueue string
 	// IDReuse decides what happens when WorkflowID's last run closed.
 	IDReuse IDReuse
+	// StartDelay or StartAt (at most one) delay the run's first step: the
+	// run is durable at once. A StartAt in the past is now.
+	StartDelay time.Duration
+	StartAt    time.Time
 }
 
 // WorkflowHandle names a started run.
@@ -180,7 +184,8 @@ func StartWorkflow[In any](ctx context.Context, c *Client, opts StartWorkflowOpt
 // StartWorkflowRaw starts a run with an already-encoded input.
 func (c *Client) StartWorkflowRaw(ctx context.Context, opts StartWorkflowOptions, input []byte) (*WorkflowHandle, error) {
 	resp, err := c.workflows.Start(ctx, &aionv1.StartWorkflowRequest{Namespace: opts.Namespace, WorkflowId: opts.WorkflowID,
-		WorkflowType: opts.WorkflowType, TaskQueue: opts.TaskQueue, Input: input, IdReuse: aionv1.IDReusePolicy(opts.IDReuse + 1)})
+		WorkflowType: opts.WorkflowType, TaskQueue: opts.TaskQueue, Input: input, IdReuse: aionv1.IDReusePolicy(opts.IDReuse + 1),
+		StartDelay: durationToProto(opts.StartDelay), StartTime: timeToProto(opts.StartAt)})
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("start workflow %s in %q", opts.WorkflowType, opts.Namespace), err)
 	}

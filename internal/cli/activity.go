@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/aion-run/aion/client"
 )
@@ -43,6 +44,38 @@ type scheduleFlags struct {
 	backoff         float64
 	maxInterval     time.Duration
 	nonRetryable    []string
+
+	start startFlags
+}
+
+// startFlags are the delayed-start flags of activity schedule and workflow
+// start.
+type startFlags struct {
+	in time.Duration
+	at string
+}
+
+func (f *startFlags) bind(fl *pflag.FlagSet) {
+	fl.DurationVar(&f.in, "start-in", 0, "delayed start: durable now, ready after this long (e.g. 10m)")
+	fl.StringVar(&f.at, "start-at", "", "delayed start: durable now, ready at this RFC 3339 time (e.g. 2026-12-24T18:00:00Z)")
+}
+
+// parse returns the delay or start time the flags give, at most one.
+func (f *startFlags) parse() (time.Duration, time.Time, error) {
+	if f.in < 0 {
+		return 0, time.Time{}, fmt.Errorf("--start-in %v: must not be negative", f.in)
+	}
+	if f.at == "" {
+		return f.in, time.Time{}, nil
+	}
+	if f.in != 0 {
+		return 0, time.Time{}, errors.New("--start-in and --start-at: give at most one")
+	}
+	at, err := time.Parse(time.RFC3339, f.at)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("--start-at %q: not an RFC 3339 time such as 2026-12-24T18:00:00Z", f.at)
+	}
+	return 0, at, nil
 }
 
 // options builds the schedule options; the retry policy is set only when a
@@ -108,6 +141,9 @@ other error).`,
 				return err
 			}
 			opts := f.options(cmd)
+			if opts.StartDelay, opts.StartAt, err = f.start.parse(); err != nil {
+				return err
+			}
 			return a.withClient(cmd.Context(), func(c *client.Client) error {
 				ctx, cancel := a.unary(cmd.Context())
 				h, err := c.ScheduleRaw(ctx, opts, payload)
@@ -147,6 +183,7 @@ other error).`,
 	fl.Float64Var(&f.backoff, "backoff", 0, "retry policy: factor applied to the delay after each failure (at least 1)")
 	fl.DurationVar(&f.maxInterval, "max-interval", 0, "retry policy: longest delay between attempts")
 	fl.StringSliceVar(&f.nonRetryable, "non-retryable", nil, "retry policy: failure types never retried (comma-separated or repeated)")
+	f.start.bind(fl)
 	return cmd
 }
 

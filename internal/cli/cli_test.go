@@ -371,3 +371,36 @@ func TestDemoWorkerChecksFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestStartFlagsGiveADelayOrATimeNotBoth(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		f      startFlags
+		delay  time.Duration
+		at     time.Time
+		errHas string
+	}{
+		{"none", startFlags{}, 0, time.Time{}, ""},
+		{"a delay", startFlags{in: 10 * time.Minute}, 10 * time.Minute, time.Time{}, ""},
+		{"a time", startFlags{at: "2026-12-24T18:00:00Z"}, 0, at, ""},
+		{"both", startFlags{in: time.Minute, at: "2026-12-24T18:00:00Z"}, 0, time.Time{}, "give at most one"},
+		{"a negative delay", startFlags{in: -time.Second}, 0, time.Time{}, "--start-in -1s"},
+		{"not a time", startFlags{at: "tomorrow"}, 0, time.Time{}, `--start-at "tomorrow"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d, a, err := tc.f.parse()
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("parse: %v, want an error with %q", err, tc.errHas)
+				}
+				return
+			}
+			if err != nil || d != tc.delay || !a.Equal(tc.at) {
+				t.Fatalf("parse = %v, %v, %v; want %v, %v", d, a, err, tc.delay, tc.at)
+			}
+		})
+	}
+}

@@ -61,6 +61,9 @@ func writeActivity(w io.Writer, act *client.Activity) {
 		row("failure", failureText(act.Failure))
 	}
 	row("scheduled", when(act.ScheduledTime))
+	if act.State == client.StateScheduled && act.ReadyTime.After(act.ScheduledTime) {
+		row("ready", when(act.ReadyTime))
+	}
 	row("started", when(act.StartedTime))
 	row("closed", when(act.ClosedTime))
 	for _, at := range act.Attempts {

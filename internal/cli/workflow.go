@@ -71,6 +71,7 @@ func (a *app) workflowStartCommand() *cobra.Command {
 		ns, typ, tq, id, input, reuse string
 		wait                          bool
 		waitTimeout                   time.Duration
+		start                         startFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
@@ -102,6 +103,10 @@ only if it completed (2 otherwise).`,
 			if err != nil {
 				return err
 			}
+			delay, at, err := start.parse()
+			if err != nil {
+				return err
+			}
 			payload, err := readInput("--input", input, a.stdin)
 			if err != nil {
 				return err
@@ -109,7 +114,7 @@ only if it completed (2 otherwise).`,
 			return a.withClient(cmd.Context(), func(c *client.Client) error {
 				ctx, cancel := a.unary(cmd.Context())
 				h, err := c.StartWorkflowRaw(ctx, client.StartWorkflowOptions{Namespace: ns, WorkflowID: id, WorkflowType: typ,
-					TaskQueue: tq, IDReuse: policy}, payload)
+					TaskQueue: tq, IDReuse: policy, StartDelay: delay, StartAt: at}, payload)
 				cancel()
 				if err != nil {
 					return err
@@ -137,6 +142,7 @@ only if it completed (2 otherwise).`,
 	fl.StringVar(&reuse, "id-reuse", "allow", "after the id's run closed: allow, failed-only or reject")
 	fl.BoolVarP(&wait, "wait", "w", false, "wait for the run to close and print it; exit non-zero unless completed")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until it closes)")
+	start.bind(fl)
 	return cmd
 }
 

@@ -29,6 +29,10 @@ type Request struct {
 	Payload      []byte
 	Timeouts     store.Timeouts
 	Retry        store.RetryPolicy
+	// StartDelay or StartAt (at most one) delay the activity's start: it is
+	// durable at once and ready only then. A StartAt in the past is now.
+	StartDelay time.Duration
+	StartAt    time.Time
 }
 
 // Scheduled is the outcome of one Request.
@@ -165,7 +169,11 @@ func (e *Engine) reserve(s *slot) {
 			if t := a.rec.Timeouts.ScheduleToClose; t > 0 && e.cl == nil {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
 			}
-			e.readyLocked(a, now)
+			if a.rec.ReadyAt.After(now) && e.cl == nil {
+				e.armLocked(a.rec.ReadyAt, k, 0, timerReady) // a delayed start
+			} else {
+				e.readyLocked(a, now)
+			}
 			e.shedPayloadLocked(a)
 		}
 	})
@@ -239,6 +247,23 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 	if id == "" {
 		id = newID(now)
 	}
+	ready := now
+	switch {
+	case r.StartDelay > 0:
+		ready = now.Add(r.StartDelay)
+	case r.StartAt.After(now):
+		ready = r.StartAt.UTC()
+	}
+	timeouts := e.timeouts(r.Timeouts)
+	if wait := ready.Sub(now); wait > 0 {
+		if r.Timeouts.ScheduleToClose == 0 {
+			// The default life counts from when the activity is ready.
+			timeouts.ScheduleToClose += wait
+		} else if r.Timeouts.ScheduleToClose <= wait {
+			return store.Activity{}, fmt.Errorf("schedule: schedule_to_close_timeout: %v ends before the delayed start %v from now; raise it or leave it unset: %w",
+				r.Timeouts.ScheduleToClose, wait, ErrInvalid)
+		}
+	}
 	return store.Activity{
 		Namespace:    r.Namespace,
 		ID:           id,
@@ -248,11 +273,11 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		Payload:      r.Payload,
 		PayloadSize:  len(r.Payload),
 		Fingerprint:  fingerprint(r),
-		Timeouts:     e.timeouts(r.Timeouts),
+		Timeouts:     timeouts,
 		Retry:        e.retry(r.Retry),
 		State:        store.StateScheduled,
 		ScheduledAt:  now,
-		ReadyAt:      now,
+		ReadyAt:      ready,
 	}, nil
 }
 
@@ -297,6 +322,12 @@ func validate(r Request, maxPayload int) error {
 	}
 	if c := r.Retry.BackoffCoefficient; c != 0 && c < 1 {
 		return fmt.Errorf("retry_policy.backoff_coefficient: %v, want at least 1: %w", c, ErrInvalid)
+	}
+	if r.StartDelay < 0 {
+		return fmt.Errorf("start_delay: %v is negative: %w", r.StartDelay, ErrInvalid)
+	}
+	if r.StartDelay > 0 && !r.StartAt.IsZero() {
+		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
 	}
 	if r.Retry.MaximumAttempts < 0 {
 		return fmt.Errorf("retry_policy.maximum_attempts: %d is negative: %w", r.Retry.MaximumAttempts, ErrInvalid)
@@ -367,6 +398,11 @@ func fingerprint(r Request) string {
 		field(binary.BigEndian.AppendUint64(nil, uint64(d)))
 	}
 	field(fmt.Appendf(nil, "%v/%d/%q", r.Retry.BackoffCoefficient, r.Retry.MaximumAttempts, r.Retry.NonRetryableErrorTypes))
+	if r.StartDelay != 0 || !r.StartAt.IsZero() {
+		// A delayed start is part of the request; an undelayed one keeps
+		// the fingerprint of before delays existed.
+		field(fmt.Appendf(nil, "start %d %d", r.StartDelay, r.StartAt.UnixNano()))
+	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 

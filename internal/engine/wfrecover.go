@@ -301,8 +301,25 @@ func (e *Engine) loadRunRecord(ctx context.Context, rec store.Run) error {
 		e.bg.Add(1)
 		go e.reconcileChildren(r)
 	}
+	e.delayFirstTaskLocked(r)
 	e.needTaskLocked(r)
 	return nil
+}
+
+// delayFirstTaskLocked holds back the first workflow task of a run started
+// with a delay until its ready time: the run's retry timer gives it then.
+func (e *Engine) delayFirstTaskLocked(r *wfRun) {
+	if r.seen > 0 || len(r.events) == 0 {
+		return
+	}
+	ready := r.events[0].GetWorkflowStarted().GetReadyTime()
+	if ready == nil {
+		return
+	}
+	if at := ready.AsTime(); at.After(e.now()) {
+		r.retryAt = at
+		e.armRunLocked(at, r.key(), r.task, timerWorkflowRetry)
+	}
 }
 
 func (r *wfRun) hasChildrenLocked() bool {

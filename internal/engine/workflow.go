@@ -38,6 +38,10 @@ type WorkflowRequest struct {
 	TaskQueue    string
 	Input        []byte
 	IDReuse      IDReuse
+	// StartDelay or StartAt (at most one) delay the run's first workflow
+	// task: the run is durable at once. A StartAt in the past is now.
+	StartDelay time.Duration
+	StartAt    time.Time
 }
 
 // Workflow failure types the engine itself assigns.
@@ -199,12 +203,18 @@ func validateWorkflow(r WorkflowRequest, maxPayload int) error {
 	if r.IDReuse < ReuseAllowDuplicate || r.IDReuse > ReuseRejectDuplicate {
 		return fmt.Errorf("id_reuse: %d is not a known policy: %w", r.IDReuse, ErrInvalid)
 	}
+	if r.StartDelay < 0 {
+		return fmt.Errorf("start_delay: %v is negative: %w", r.StartDelay, ErrInvalid)
+	}
+	if r.StartDelay > 0 && !r.StartAt.IsZero() {
+		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
+	}
 	return nil
 }
 
 func workflowFingerprint(r WorkflowRequest) string {
 	return fingerprint(Request{Namespace: r.Namespace, ID: r.WorkflowID, TaskQueue: r.TaskQueue,
-		ActivityType: "workflow:" + r.WorkflowType, Payload: r.Input})
+		ActivityType: "workflow:" + r.WorkflowType, Payload: r.Input, StartDelay: r.StartDelay, StartAt: r.StartAt})
 }
 
 // StartWorkflow makes a new run durable and queues its first workflow task.
@@ -289,6 +299,12 @@ func (e *Engine) startOnce(ctx context.Context, r WorkflowRequest, fp string, no
 	rec := store.Run{Namespace: r.Namespace, WorkflowID: r.WorkflowID, RunID: newID(now), WorkflowType: r.WorkflowType,
 		TaskQueue: r.TaskQueue, Status: store.RunRunning, Input: r.Input, Fingerprint: fp, StartedAt: now}
 	started := &aionv1.WorkflowStarted{WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue, Input: r.Input}
+	switch {
+	case r.StartDelay > 0:
+		started.ReadyTime = timestamp(now.Add(r.StartDelay))
+	case r.StartAt.After(now):
+		started.ReadyTime = timestamp(r.StartAt.UTC())
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -359,6 +375,7 @@ func (e *Engine) insertRunLocked(rec store.Run, started *aionv1.WorkflowStarted,
 			e.dropRunLocked(run)
 			return
 		}
+		e.delayFirstTaskLocked(run)
 		e.needTaskLocked(run)
 	})
 	return run

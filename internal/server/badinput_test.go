@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TestScheduleBadInputMatrix sends one malformed field at a time and checks
@@ -58,6 +59,14 @@ func TestScheduleBadInputMatrix(t *testing.T) {
 			r.RetryPolicy = &aionv1.RetryPolicy{InitialInterval: durationpb.New(time.Minute), MaximumInterval: durationpb.New(time.Second)}
 		}, codes.InvalidArgument, "maximum_interval"},
 		{"PinOutsidePinnedPlacement", func(r *aionv1.ScheduleRequest) { r.Namespace, r.Node = "pinned", "n2" }, codes.FailedPrecondition, "node"},
+		{"StartDelayAndStartTime", func(r *aionv1.ScheduleRequest) {
+			r.StartDelay, r.StartTime = durationpb.New(time.Minute), timestamppb.New(time.Now().Add(time.Hour))
+		}, codes.InvalidArgument, "start_delay"},
+		{"NegativeStartDelay", func(r *aionv1.ScheduleRequest) { r.StartDelay = durationpb.New(-time.Second) }, codes.InvalidArgument, "start_delay"},
+		{"InvalidStartTime", func(r *aionv1.ScheduleRequest) { r.StartTime = &timestamppb.Timestamp{Seconds: 1, Nanos: -1} }, codes.InvalidArgument, "start_time"},
+		{"LifeEndsBeforeTheStart", func(r *aionv1.ScheduleRequest) {
+			r.StartDelay, r.ScheduleToCloseTimeout = durationpb.New(time.Hour), durationpb.New(time.Minute)
+		}, codes.InvalidArgument, "schedule_to_close_timeout"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -115,6 +115,7 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		ClosedTime:             ts(a.ClosedAt),
 		LastHeartbeatDetails:   a.HeartbeatDetails,
 		PayloadSize:            uint64(max(a.PayloadSize, len(a.Payload))),
+		ReadyTime:              ts(a.ReadyAt),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{
@@ -154,6 +155,7 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		{"heartbeat_timeout", r.GetHeartbeatTimeout(), &out.Timeouts.Heartbeat},
 		{"retry_policy.initial_interval", r.GetRetryPolicy().GetInitialInterval(), &out.Retry.InitialInterval},
 		{"retry_policy.maximum_interval", r.GetRetryPolicy().GetMaximumInterval(), &out.Retry.MaximumInterval},
+		{"start_delay", r.GetStartDelay(), &out.StartDelay},
 	}
 	for _, f := range fields {
 		if *f.out, err = fromDur(f.name, f.in); err != nil {
@@ -165,7 +167,21 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		out.Retry.MaximumAttempts = int(p.GetMaximumAttempts())
 		out.Retry.NonRetryableErrorTypes = p.GetNonRetryableErrorTypes()
 	}
+	if out.StartAt, err = fromTimestamp("start_time", r.GetStartTime()); err != nil {
+		return engine.Request{}, err
+	}
 	return out, nil
+}
+
+// fromTimestamp checks an optional timestamp field; unset is the zero time.
+func fromTimestamp(field string, t *timestamppb.Timestamp) (time.Time, error) {
+	if t == nil {
+		return time.Time{}, nil
+	}
+	if err := t.CheckValid(); err != nil {
+		return time.Time{}, fmt.Errorf("%s: %v: %w", field, err, errInvalid)
+	}
+	return t.AsTime(), nil
 }
 
 var origins = map[store.Origin]aionv1.NamespaceOrigin{

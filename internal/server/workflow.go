@@ -22,9 +22,17 @@ func (ws *workflowService) Start(ctx context.Context, r *aionv1.StartWorkflowReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	delay, err := fromDur("start_delay", r.GetStartDelay())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	at, err := fromTimestamp("start_time", r.GetStartTime())
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	rec, existing, err := ws.s.eng.StartWorkflow(ctx, ws.s.caller(ctx), engine.WorkflowRequest{
 		Namespace: r.GetNamespace(), WorkflowID: r.GetWorkflowId(), WorkflowType: r.GetWorkflowType(),
-		TaskQueue: r.GetTaskQueue(), Input: r.GetInput(), IDReuse: reuse,
+		TaskQueue: r.GetTaskQueue(), Input: r.GetInput(), IDReuse: reuse, StartDelay: delay, StartAt: at,
 	})
 	if err != nil {
 		return nil, toStatus(err)

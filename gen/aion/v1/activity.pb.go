@@ -262,7 +262,10 @@ type Activity struct {
 	// Details of the last accepted heartbeat; empty if none.
 	LastHeartbeatDetails []byte `protobuf:"bytes,20,opt,name=last_heartbeat_details,json=lastHeartbeatDetails,proto3" json:"last_heartbeat_details,omitempty"`
 	// Size of the payload in bytes, set also when a listing leaves the payload out.
-	PayloadSize   uint64 `protobuf:"varint,21,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
+	PayloadSize uint64 `protobuf:"varint,21,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
+	// When the activity becomes (or became) ready for its next attempt: its delayed start, or the
+	// end of a retry's backoff.
+	ReadyTime     *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +447,13 @@ func (x *Activity) GetPayloadSize() uint64 {
 	return 0
 }
 
+func (x *Activity) GetReadyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadyTime
+	}
+	return nil
+}
+
 // Attempt is one delivery of an activity to one worker.
 type Attempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -568,7 +578,13 @@ type ScheduleRequest struct {
 	// Limit on the gap between heartbeats; unset means heartbeats are not required.
 	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	// Retry policy; unset fields take the server defaults.
-	RetryPolicy   *RetryPolicy `protobuf:"bytes,11,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	RetryPolicy *RetryPolicy `protobuf:"bytes,11,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Delayed start: the activity is durable at once and becomes ready (waits as SCHEDULED with
+	// its ready_time) this long after it is scheduled. At most one of start_delay and start_time.
+	// With a delay and no schedule_to_close_timeout, the default is counted from the ready time.
+	StartDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"`
+	// Delayed start at an instant; one in the past means now.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +692,20 @@ func (x *ScheduleRequest) GetHeartbeatTimeout() *durationpb.Duration {
 func (x *ScheduleRequest) GetRetryPolicy() *RetryPolicy {
 	if x != nil {
 		return x.RetryPolicy
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetStartDelay() *durationpb.Duration {
+	if x != nil {
+		return x.StartDelay
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
 	}
 	return nil
 }
@@ -1528,7 +1558,7 @@ var File_aion_v1_activity_proto protoreflect.FileDescriptor
 
 const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\a\n" +
+	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\b\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1553,7 +1583,9 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"closedTime\x12,\n" +
 	"\battempts\x18\x13 \x03(\v2\x10.aion.v1.AttemptR\battempts\x124\n" +
 	"\x16last_heartbeat_details\x18\x14 \x01(\fR\x14lastHeartbeatDetails\x12!\n" +
-	"\fpayload_size\x18\x15 \x01(\x04R\vpayloadSize\"\xab\x02\n" +
+	"\fpayload_size\x18\x15 \x01(\x04R\vpayloadSize\x129\n" +
+	"\n" +
+	"ready_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\"\xab\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x12\n" +
@@ -1562,7 +1594,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
 	"ended_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tendedTime\x121\n" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x17.aion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xae\x04\n" +
+	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xa5\x05\n" +
 	"\x0fScheduleRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -1576,7 +1608,11 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\x19schedule_to_close_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToCloseTimeout\x12F\n" +
 	"\x11heartbeat_timeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x127\n" +
-	"\fretry_policy\x18\v \x01(\v2\x14.aion.v1.RetryPolicyR\vretryPolicy\"]\n" +
+	"\fretry_policy\x18\v \x01(\v2\x14.aion.v1.RetryPolicyR\vretryPolicy\x12:\n" +
+	"\vstart_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"startDelay\x129\n" +
+	"\n" +
+	"start_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"]\n" +
 	"\x10ScheduleResponse\x12-\n" +
 	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"L\n" +
@@ -1710,46 +1746,49 @@ var file_aion_v1_activity_proto_depIdxs = []int32{
 	23, // 8: aion.v1.Activity.started_time:type_name -> google.protobuf.Timestamp
 	23, // 9: aion.v1.Activity.closed_time:type_name -> google.protobuf.Timestamp
 	4,  // 10: aion.v1.Activity.attempts:type_name -> aion.v1.Attempt
-	23, // 11: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
-	23, // 12: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
-	1,  // 13: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
-	20, // 14: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
-	21, // 15: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	21, // 16: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 17: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 18: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
-	22, // 19: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
-	3,  // 20: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
-	5,  // 21: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
-	9,  // 22: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
-	3,  // 23: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
-	24, // 24: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
-	3,  // 25: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
-	3,  // 26: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
-	3,  // 27: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
-	0,  // 28: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
-	3,  // 29: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
-	25, // 30: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
-	2,  // 31: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
-	5,  // 32: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
-	7,  // 33: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
-	10, // 34: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
-	12, // 35: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
-	14, // 36: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
-	16, // 37: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
-	18, // 38: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
-	6,  // 39: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
-	8,  // 40: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
-	11, // 41: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
-	13, // 42: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
-	15, // 43: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
-	17, // 44: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
-	19, // 45: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
-	39, // [39:46] is the sub-list for method output_type
-	32, // [32:39] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	23, // 11: aion.v1.Activity.ready_time:type_name -> google.protobuf.Timestamp
+	23, // 12: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
+	23, // 13: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
+	1,  // 14: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
+	20, // 15: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
+	21, // 16: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	21, // 17: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
+	21, // 18: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	21, // 19: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
+	22, // 20: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
+	21, // 21: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
+	23, // 22: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 23: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
+	5,  // 24: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
+	9,  // 25: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
+	3,  // 26: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
+	24, // 27: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
+	3,  // 28: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
+	3,  // 29: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
+	3,  // 30: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
+	0,  // 31: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
+	3,  // 32: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
+	25, // 33: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
+	2,  // 34: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
+	5,  // 35: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
+	7,  // 36: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
+	10, // 37: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
+	12, // 38: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
+	14, // 39: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
+	16, // 40: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
+	18, // 41: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
+	6,  // 42: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
+	8,  // 43: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
+	11, // 44: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
+	13, // 45: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
+	15, // 46: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
+	17, // 47: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
+	19, // 48: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_activity_proto_init() }

@@ -540,7 +540,12 @@ type StartWorkflowRequest struct {
 	// Input handed to the workflow function, at most 2 MiB; by convention JSON.
 	Input []byte `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
 	// What to do when the workflow id's last run closed.
-	IdReuse       IDReusePolicy `protobuf:"varint,6,opt,name=id_reuse,json=idReuse,proto3,enum=aion.v1.IDReusePolicy" json:"id_reuse,omitempty"`
+	IdReuse IDReusePolicy `protobuf:"varint,6,opt,name=id_reuse,json=idReuse,proto3,enum=aion.v1.IDReusePolicy" json:"id_reuse,omitempty"`
+	// Delayed start: the run is durable at once and its first workflow task is given this long
+	// after the start. At most one of start_delay and start_time.
+	StartDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"`
+	// Delayed start at an instant; one in the past means now.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +620,20 @@ func (x *StartWorkflowRequest) GetIdReuse() IDReusePolicy {
 		return x.IdReuse
 	}
 	return IDReusePolicy_ID_REUSE_POLICY_UNSPECIFIED
+}
+
+func (x *StartWorkflowRequest) GetStartDelay() *durationpb.Duration {
+	if x != nil {
+		return x.StartDelay
+	}
+	return nil
+}
+
+func (x *StartWorkflowRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
 }
 
 // StartWorkflowResponse answers Start.
@@ -1986,8 +2005,10 @@ type WorkflowStarted struct {
 	ParentRunId string `protobuf:"bytes,5,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
 	// The run this one continues, when started by continue-as-new.
 	ContinuedFromRunId string `protobuf:"bytes,6,opt,name=continued_from_run_id,json=continuedFromRunId,proto3" json:"continued_from_run_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// When its first workflow task may be given (a delayed start); unset means at once.
+	ReadyTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStarted) Reset() {
@@ -2060,6 +2081,13 @@ func (x *WorkflowStarted) GetContinuedFromRunId() string {
 		return x.ContinuedFromRunId
 	}
 	return ""
+}
+
+func (x *WorkflowStarted) GetReadyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadyTime
+	}
+	return nil
 }
 
 // WorkflowTaskCompleted marks where the code stood when a workflow task's commands were accepted.
@@ -4089,7 +4117,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x1b\n" +
 	"\tworker_id\x18\x06 \x01(\x04R\bworkerId\x127\n" +
 	"\tfire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12*\n" +
-	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xe2\x01\n" +
+	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xd9\x02\n" +
 	"\x14StartWorkflowRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4098,7 +4126,11 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"task_queue\x18\x04 \x01(\tR\ttaskQueue\x12\x14\n" +
 	"\x05input\x18\x05 \x01(\fR\x05input\x121\n" +
-	"\bid_reuse\x18\x06 \x01(\x0e2\x16.aion.v1.IDReusePolicyR\aidReuse\"S\n" +
+	"\bid_reuse\x18\x06 \x01(\x0e2\x16.aion.v1.IDReusePolicyR\aidReuse\x12:\n" +
+	"\vstart_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"startDelay\x129\n" +
+	"\n" +
+	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"S\n" +
 	"\x15StartWorkflowResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"j\n" +
@@ -4192,7 +4224,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x10cancel_requested\x18\x0e \x01(\v2\x18.aion.v1.CancelRequestedH\x00R\x0fcancelRequested\x12^\n" +
 	"\x19activity_cancel_requested\x18\x0f \x01(\v2 .aion.v1.ActivityCancelRequestedH\x00R\x17activityCancelRequested\x12B\n" +
 	"\x0fworkflow_closed\x18\x10 \x01(\v2\x17.aion.v1.WorkflowClosedH\x00R\x0eworkflowClosedB\a\n" +
-	"\x05event\"\xf0\x01\n" +
+	"\x05event\"\xab\x02\n" +
 	"\x0fWorkflowStarted\x12#\n" +
 	"\rworkflow_type\x18\x01 \x01(\tR\fworkflowType\x12\x1d\n" +
 	"\n" +
@@ -4200,7 +4232,9 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\fR\x05input\x12,\n" +
 	"\x12parent_workflow_id\x18\x04 \x01(\tR\x10parentWorkflowId\x12\"\n" +
 	"\rparent_run_id\x18\x05 \x01(\tR\vparentRunId\x121\n" +
-	"\x15continued_from_run_id\x18\x06 \x01(\tR\x12continuedFromRunId\"j\n" +
+	"\x15continued_from_run_id\x18\x06 \x01(\tR\x12continuedFromRunId\x129\n" +
+	"\n" +
+	"ready_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\"j\n" +
 	"\x15WorkflowTaskCompleted\x12\x19\n" +
 	"\bseen_seq\x18\x01 \x01(\x03R\aseenSeq\x12\x19\n" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x1b\n" +
@@ -4454,80 +4488,83 @@ var file_aion_v1_workflow_proto_depIdxs = []int32{
 	2,  // 5: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
 	53, // 6: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
 	1,  // 7: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
-	3,  // 8: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 9: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
-	0,  // 10: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
-	3,  // 11: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
-	3,  // 12: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 13: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 14: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
-	23, // 15: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
-	53, // 16: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 17: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
-	25, // 18: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
-	27, // 19: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
-	28, // 20: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
-	29, // 21: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
-	30, // 22: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
-	31, // 23: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
-	32, // 24: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
-	33, // 25: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
-	34, // 26: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
-	35, // 27: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
-	36, // 28: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
-	37, // 29: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
-	38, // 30: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
-	54, // 31: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	54, // 32: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 33: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 34: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
-	55, // 35: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
-	26, // 36: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
-	52, // 37: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
-	53, // 38: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 39: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
-	52, // 40: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
-	0,  // 41: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
-	52, // 42: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
-	23, // 43: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
-	40, // 44: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
-	42, // 45: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
-	43, // 46: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
-	44, // 47: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
-	45, // 48: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
-	46, // 49: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
-	47, // 50: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
-	48, // 51: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
-	26, // 52: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
-	54, // 53: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
-	0,  // 54: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
-	52, // 55: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
-	41, // 56: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
-	52, // 57: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
-	50, // 58: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
-	5,  // 59: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
-	7,  // 60: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
-	9,  // 61: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
-	11, // 62: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
-	13, // 63: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
-	15, // 64: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
-	17, // 65: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
-	19, // 66: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
-	21, // 67: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
-	6,  // 68: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
-	8,  // 69: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
-	10, // 70: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
-	12, // 71: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
-	14, // 72: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
-	16, // 73: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
-	18, // 74: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
-	20, // 75: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
-	22, // 76: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
-	68, // [68:77] is the sub-list for method output_type
-	59, // [59:68] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	54, // 8: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
+	53, // 9: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 11: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
+	0,  // 12: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
+	3,  // 13: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
+	3,  // 14: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 15: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 16: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
+	23, // 17: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
+	53, // 18: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	24, // 19: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
+	25, // 20: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
+	27, // 21: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
+	28, // 22: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
+	29, // 23: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
+	30, // 24: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
+	31, // 25: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
+	32, // 26: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
+	33, // 27: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
+	34, // 28: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
+	35, // 29: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
+	36, // 30: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
+	37, // 31: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
+	38, // 32: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
+	53, // 33: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
+	54, // 34: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	54, // 35: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
+	54, // 36: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	54, // 37: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
+	55, // 38: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
+	26, // 39: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
+	52, // 40: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
+	53, // 41: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 42: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
+	52, // 43: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
+	0,  // 44: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
+	52, // 45: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
+	23, // 46: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
+	40, // 47: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
+	42, // 48: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
+	43, // 49: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
+	44, // 50: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
+	45, // 51: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
+	46, // 52: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
+	47, // 53: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
+	48, // 54: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
+	26, // 55: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
+	54, // 56: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
+	0,  // 57: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
+	52, // 58: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
+	41, // 59: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
+	52, // 60: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
+	50, // 61: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
+	5,  // 62: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
+	7,  // 63: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
+	9,  // 64: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
+	11, // 65: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
+	13, // 66: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
+	15, // 67: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
+	17, // 68: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
+	19, // 69: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
+	21, // 70: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
+	6,  // 71: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
+	8,  // 72: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
+	10, // 73: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
+	12, // 74: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
+	14, // 75: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
+	16, // 76: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
+	18, // 77: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
+	20, // 78: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
+	22, // 79: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
+	71, // [71:80] is the sub-list for method output_type
+	62, // [62:71] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_workflow_proto_init() }
