@@ -390,3 +390,38 @@ func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[*Activ
 		}
 	}
 }
+
+// Explanation says why an activity is not running, from the server's live
+// state at the moment of the call.
+type Explanation struct {
+	State State `json:"state"`
+	// Reason is no_worker, node_pin, placement, slots_busy,
+	// namespace_in_flight_cap, delayed_start, retry_backoff,
+	// waiting_for_a_claim (in a cluster), being_recorded, running or closed.
+	Reason string `json:"reason"`
+	// Message says it in words, with its figures.
+	Message string `json:"message"`
+	// Until is when a delayed start or a retry backoff ends.
+	Until time.Time `json:"until,omitzero"`
+	// Ahead counts the activities queued before it.
+	Ahead int `json:"ahead"`
+	// Workers counts the connected workers of its triple, Eligible those
+	// its node pin or placement allows, FreeSlots their free slots.
+	Workers   int      `json:"workers"`
+	Eligible  int      `json:"eligible"`
+	FreeSlots int      `json:"free_slots"`
+	Nodes     []string `json:"nodes,omitempty"`
+	// WorkerID is the worker running it, when running.
+	WorkerID uint64 `json:"worker_id,omitempty"`
+}
+
+// Why explains why an activity is not running now.
+func (c *Client) Why(ctx context.Context, namespace, id string) (*Explanation, error) {
+	resp, err := c.activities.Why(ctx, &aionv1.WhyRequest{Namespace: namespace, Id: id})
+	if err != nil {
+		return nil, rpcError(fmt.Sprintf("why activity %q in %q", id, namespace), err)
+	}
+	return &Explanation{State: stateFromProto(resp.GetState()), Reason: resp.GetReason(), Message: resp.GetMessage(),
+		Until: timeFromProto(resp.GetUntil()), Ahead: int(resp.GetAhead()), Workers: int(resp.GetWorkers()),
+		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId()}, nil
+}

@@ -179,6 +179,7 @@ func TestEveryRPCHasARole(t *testing.T) {
 		"/aion.v1.ActivityService/Cancel":                           "client admin",
 		"/aion.v1.ActivityService/List":                             "client reader reader-all admin",
 		"/aion.v1.ActivityService/Intervene":                        "client admin",
+		"/aion.v1.ActivityService/Why":                              "client reader reader-all admin",
 		"/aion.v1.WorkflowService/Start":                            "client admin",
 		"/aion.v1.WorkflowService/Get":                              "client reader reader-all admin",
 		"/aion.v1.WorkflowService/List":                             "client reader reader-all admin",

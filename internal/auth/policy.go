@@ -45,6 +45,7 @@ var methods = map[string]access{
 	"/aion.v1.ActivityService/Cancel":        client,
 	"/aion.v1.ActivityService/List":          clientReader,
 	"/aion.v1.ActivityService/Intervene":     client,
+	"/aion.v1.ActivityService/Why":           clientReader,
 	"/aion.v1.WorkflowService/Start":         client,
 	"/aion.v1.WorkflowService/Get":           clientReader,
 	"/aion.v1.WorkflowService/List":          clientReader,

@@ -26,7 +26,8 @@ Every subcommand prints text by default and JSON with --output json.`,
   aion activity intervene 0193c0de-... --namespace demo --inject "check the logs first"`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.scheduleCommand(), a.getCommand(), a.listCommand(), a.waitCommand(), a.cancelCommand(), a.interveneCommand())
+	cmd.AddCommand(a.scheduleCommand(), a.getCommand(), a.listCommand(), a.waitCommand(), a.cancelCommand(), a.interveneCommand(),
+		a.whyCommand())
 	return cmd
 }
 
@@ -325,5 +326,39 @@ get' shows them for one activity.`,
 	fl.StringVarP(&typ, "type", "t", "", "only activities of this type")
 	fl.IntVar(&limit, "limit", 50, "most activities to print (0: all)")
 	fl.BoolVar(&payloads, "payloads", false, "include payloads, results and details (left out of listings by default)")
+	return cmd
+}
+
+func (a *app) whyCommand() *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{
+		Use:   "why ID",
+		Short: "Explain why an activity is not running",
+		Long: `Explain, from the server's live state, why an activity is not running now: no
+connected worker serves its namespace, task queue and type; its node pin or
+its namespace's placement excludes the workers there are (and which nodes are
+connected); every eligible slot is busy (and how many activities wait before
+it); its namespace is at its in-flight cap; its delayed start or its retry's
+backoff has not come (until when). Or that it runs, and on which worker.`,
+		Example: `  aion activity why render-42 --namespace gpu
+  aion activity why render-42 --namespace gpu --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ns == "" {
+				return errors.New("--namespace: required")
+			}
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				ex, err := c.Why(ctx, ns, args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(ex, func(w io.Writer) { fmt.Fprintf(w, "%s (%s): %s\n", ex.Reason, ex.State, ex.Message) })
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&ns, "namespace", "n", "", "namespace of the activity (required)")
+	bindEnv(cmd.Flags(), "namespace", "AION_NAMESPACE")
 	return cmd
 }

@@ -199,3 +199,16 @@ func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacem
 	n.s.log.Info("placement changed", "namespace", ns.Name, "placement", ns.Placement.String())
 	return &aionv1.SetPlacementResponse{Namespace: namespaceToProto(ns)}, nil
 }
+
+func (a *activityService) Why(ctx context.Context, r *aionv1.WhyRequest) (*aionv1.WhyResponse, error) {
+	if err := checkRef(r.GetNamespace(), r.GetId()); err != nil {
+		return nil, toStatus(err)
+	}
+	ex, err := a.s.eng.Why(ctx, a.s.caller(ctx), r.GetNamespace(), r.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &aionv1.WhyResponse{State: activityStates[ex.State], Reason: string(ex.Reason), Message: ex.Message, Until: ts(ex.Until),
+		Ahead: uint32(ex.Ahead), Workers: uint32(ex.Workers), Eligible: uint32(ex.Eligible), FreeSlots: uint32(ex.FreeSlots),
+		Nodes: ex.Nodes, WorkerId: uint64(ex.WorkerID)}, nil
+}

@@ -216,6 +216,190 @@ func (InterventionOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_aion_v1_activity_proto_rawDescGZIP(), []int{2}
 }
 
+// WhyRequest names the activity to explain.
+type WhyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the activity.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Activity id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhyRequest) Reset() {
+	*x = WhyRequest{}
+	mi := &file_aion_v1_activity_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhyRequest) ProtoMessage() {}
+
+func (x *WhyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_activity_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhyRequest.ProtoReflect.Descriptor instead.
+func (*WhyRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WhyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WhyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// WhyResponse explains why an activity is not running.
+type WhyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The activity's state.
+	State ActivityState `protobuf:"varint,1,opt,name=state,proto3,enum=aion.v1.ActivityState" json:"state,omitempty"`
+	// The reason: no_worker, node_pin, placement, slots_busy, namespace_in_flight_cap,
+	// delayed_start, retry_backoff, waiting_for_a_claim (in a cluster), being_recorded, running,
+	// closed.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The reason in words, with its figures.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// When a delayed start or a retry backoff ends.
+	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// Activities queued before it.
+	Ahead uint32 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	// Connected workers of its namespace, task queue and activity type.
+	Workers uint32 `protobuf:"varint,6,opt,name=workers,proto3" json:"workers,omitempty"`
+	// Those its node pin or placement allows.
+	Eligible uint32 `protobuf:"varint,7,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	// Their free slots.
+	FreeSlots uint32 `protobuf:"varint,8,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// Nodes those workers advertise.
+	Nodes []string `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The worker running it, when running.
+	WorkerId      uint64 `protobuf:"varint,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhyResponse) Reset() {
+	*x = WhyResponse{}
+	mi := &file_aion_v1_activity_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhyResponse) ProtoMessage() {}
+
+func (x *WhyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_activity_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhyResponse.ProtoReflect.Descriptor instead.
+func (*WhyResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WhyResponse) GetState() ActivityState {
+	if x != nil {
+		return x.State
+	}
+	return ActivityState_ACTIVITY_STATE_UNSPECIFIED
+}
+
+func (x *WhyResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WhyResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WhyResponse) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *WhyResponse) GetAhead() uint32 {
+	if x != nil {
+		return x.Ahead
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetWorkers() uint32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetEligible() uint32 {
+	if x != nil {
+		return x.Eligible
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetFreeSlots() uint32 {
+	if x != nil {
+		return x.FreeSlots
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *WhyResponse) GetWorkerId() uint64 {
+	if x != nil {
+		return x.WorkerId
+	}
+	return 0
+}
+
 // Activity is one scheduled unit of work and its history.
 type Activity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -272,7 +456,7 @@ type Activity struct {
 
 func (x *Activity) Reset() {
 	*x = Activity{}
-	mi := &file_aion_v1_activity_proto_msgTypes[0]
+	mi := &file_aion_v1_activity_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +468,7 @@ func (x *Activity) String() string {
 func (*Activity) ProtoMessage() {}
 
 func (x *Activity) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[0]
+	mi := &file_aion_v1_activity_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +481,7 @@ func (x *Activity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activity.ProtoReflect.Descriptor instead.
 func (*Activity) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{0}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Activity) GetId() string {
@@ -477,7 +661,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_aion_v1_activity_proto_msgTypes[1]
+	mi := &file_aion_v1_activity_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +673,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[1]
+	mi := &file_aion_v1_activity_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +686,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{1}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Attempt) GetNumber() uint32 {
@@ -591,7 +775,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[2]
+	mi := &file_aion_v1_activity_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +787,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[2]
+	mi := &file_aion_v1_activity_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +800,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{2}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScheduleRequest) GetNamespace() string {
@@ -723,7 +907,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[3]
+	mi := &file_aion_v1_activity_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +919,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[3]
+	mi := &file_aion_v1_activity_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +932,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{3}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ScheduleResponse) GetActivity() *Activity {
@@ -776,7 +960,7 @@ type ScheduleBatchRequest struct {
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[4]
+	mi := &file_aion_v1_activity_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +972,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[4]
+	mi := &file_aion_v1_activity_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +985,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{4}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScheduleBatchRequest) GetRequests() []*ScheduleRequest {
@@ -822,7 +1006,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[5]
+	mi := &file_aion_v1_activity_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1018,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[5]
+	mi := &file_aion_v1_activity_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1031,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{5}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleBatchResult {
@@ -875,7 +1059,7 @@ type ScheduleBatchResult struct {
 
 func (x *ScheduleBatchResult) Reset() {
 	*x = ScheduleBatchResult{}
-	mi := &file_aion_v1_activity_proto_msgTypes[6]
+	mi := &file_aion_v1_activity_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1071,7 @@ func (x *ScheduleBatchResult) String() string {
 func (*ScheduleBatchResult) ProtoMessage() {}
 
 func (x *ScheduleBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[6]
+	mi := &file_aion_v1_activity_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1084,7 @@ func (x *ScheduleBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResult.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResult) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{6}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ScheduleBatchResult) GetResult() isScheduleBatchResult_Result {
@@ -966,7 +1150,7 @@ type GetActivityRequest struct {
 
 func (x *GetActivityRequest) Reset() {
 	*x = GetActivityRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[7]
+	mi := &file_aion_v1_activity_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1162,7 @@ func (x *GetActivityRequest) String() string {
 func (*GetActivityRequest) ProtoMessage() {}
 
 func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[7]
+	mi := &file_aion_v1_activity_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1175,7 @@ func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
 func (*GetActivityRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{7}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetActivityRequest) GetNamespace() string {
@@ -1019,7 +1203,7 @@ type GetActivityResponse struct {
 
 func (x *GetActivityResponse) Reset() {
 	*x = GetActivityResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[8]
+	mi := &file_aion_v1_activity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1215,7 @@ func (x *GetActivityResponse) String() string {
 func (*GetActivityResponse) ProtoMessage() {}
 
 func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[8]
+	mi := &file_aion_v1_activity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1228,7 @@ func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
 func (*GetActivityResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{8}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetActivityResponse) GetActivity() *Activity {
@@ -1067,7 +1251,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[9]
+	mi := &file_aion_v1_activity_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1263,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[9]
+	mi := &file_aion_v1_activity_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1276,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{9}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitRequest) GetNamespace() string {
@@ -1120,7 +1304,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[10]
+	mi := &file_aion_v1_activity_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1316,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[10]
+	mi := &file_aion_v1_activity_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1329,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{10}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WaitResponse) GetActivity() *Activity {
@@ -1170,7 +1354,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[11]
+	mi := &file_aion_v1_activity_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1366,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[11]
+	mi := &file_aion_v1_activity_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1379,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRequest) GetNamespace() string {
@@ -1230,7 +1414,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[12]
+	mi := &file_aion_v1_activity_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1426,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[12]
+	mi := &file_aion_v1_activity_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1439,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelResponse) GetActivity() *Activity {
@@ -1288,7 +1472,7 @@ type ListActivitiesRequest struct {
 
 func (x *ListActivitiesRequest) Reset() {
 	*x = ListActivitiesRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[13]
+	mi := &file_aion_v1_activity_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1484,7 @@ func (x *ListActivitiesRequest) String() string {
 func (*ListActivitiesRequest) ProtoMessage() {}
 
 func (x *ListActivitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[13]
+	mi := &file_aion_v1_activity_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1497,7 @@ func (x *ListActivitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListActivitiesRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListActivitiesRequest) GetNamespace() string {
@@ -1374,7 +1558,7 @@ type ListActivitiesResponse struct {
 
 func (x *ListActivitiesResponse) Reset() {
 	*x = ListActivitiesResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[14]
+	mi := &file_aion_v1_activity_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1570,7 @@ func (x *ListActivitiesResponse) String() string {
 func (*ListActivitiesResponse) ProtoMessage() {}
 
 func (x *ListActivitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[14]
+	mi := &file_aion_v1_activity_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1583,7 @@ func (x *ListActivitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListActivitiesResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListActivitiesResponse) GetActivities() []*Activity {
@@ -1433,7 +1617,7 @@ type InterveneRequest struct {
 
 func (x *InterveneRequest) Reset() {
 	*x = InterveneRequest{}
-	mi := &file_aion_v1_activity_proto_msgTypes[15]
+	mi := &file_aion_v1_activity_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1629,7 @@ func (x *InterveneRequest) String() string {
 func (*InterveneRequest) ProtoMessage() {}
 
 func (x *InterveneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[15]
+	mi := &file_aion_v1_activity_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1642,7 @@ func (x *InterveneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterveneRequest.ProtoReflect.Descriptor instead.
 func (*InterveneRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{15}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InterveneRequest) GetNamespace() string {
@@ -1505,7 +1689,7 @@ type InterveneResponse struct {
 
 func (x *InterveneResponse) Reset() {
 	*x = InterveneResponse{}
-	mi := &file_aion_v1_activity_proto_msgTypes[16]
+	mi := &file_aion_v1_activity_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1701,7 @@ func (x *InterveneResponse) String() string {
 func (*InterveneResponse) ProtoMessage() {}
 
 func (x *InterveneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_activity_proto_msgTypes[16]
+	mi := &file_aion_v1_activity_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1714,7 @@ func (x *InterveneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterveneResponse.ProtoReflect.Descriptor instead.
 func (*InterveneResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_activity_proto_rawDescGZIP(), []int{16}
+	return file_aion_v1_activity_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InterveneResponse) GetOutcome() InterventionOutcome {
@@ -1558,7 +1742,24 @@ var File_aion_v1_activity_proto protoreflect.FileDescriptor
 
 const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\b\n" +
+	"\x16aion/v1/activity.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1aaion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n" +
+	"\n" +
+	"WhyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xbd\x02\n" +
+	"\vWhyResponse\x12,\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x16.aion.v1.ActivityStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
+	"\x05ahead\x18\x05 \x01(\rR\x05ahead\x12\x18\n" +
+	"\aworkers\x18\x06 \x01(\rR\aworkers\x12\x1a\n" +
+	"\beligible\x18\a \x01(\rR\beligible\x12\x1d\n" +
+	"\n" +
+	"free_slots\x18\b \x01(\rR\tfreeSlots\x12\x14\n" +
+	"\x05nodes\x18\t \x03(\tR\x05nodes\x12\x1b\n" +
+	"\tworker_id\x18\n" +
+	" \x01(\x04R\bworkerId\"\xb4\b\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1682,7 +1883,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	" INTERVENTION_OUTCOME_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eINTERVENTION_OUTCOME_DELIVERED\x10\x01\x12%\n" +
 	"!INTERVENTION_OUTCOME_STALE_TARGET\x10\x02\x121\n" +
-	"-INTERVENTION_OUTCOME_CAPABILITY_NOT_SUPPORTED\x10\x032\xe1\x03\n" +
+	"-INTERVENTION_OUTCOME_CAPABILITY_NOT_SUPPORTED\x10\x032\x93\x04\n" +
 	"\x0fActivityService\x12?\n" +
 	"\bSchedule\x12\x18.aion.v1.ScheduleRequest\x1a\x19.aion.v1.ScheduleResponse\x12N\n" +
 	"\rScheduleBatch\x12\x1d.aion.v1.ScheduleBatchRequest\x1a\x1e.aion.v1.ScheduleBatchResponse\x12@\n" +
@@ -1690,7 +1891,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\x04Wait\x12\x14.aion.v1.WaitRequest\x1a\x15.aion.v1.WaitResponse\x129\n" +
 	"\x06Cancel\x12\x16.aion.v1.CancelRequest\x1a\x17.aion.v1.CancelResponse\x12G\n" +
 	"\x04List\x12\x1e.aion.v1.ListActivitiesRequest\x1a\x1f.aion.v1.ListActivitiesResponse\x12B\n" +
-	"\tIntervene\x12\x19.aion.v1.InterveneRequest\x1a\x1a.aion.v1.InterveneResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
+	"\tIntervene\x12\x19.aion.v1.InterveneRequest\x1a\x1a.aion.v1.InterveneResponse\x120\n" +
+	"\x03Why\x12\x13.aion.v1.WhyRequest\x1a\x14.aion.v1.WhyResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
 var (
 	file_aion_v1_activity_proto_rawDescOnce sync.Once
@@ -1705,90 +1907,96 @@ func file_aion_v1_activity_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_activity_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aion_v1_activity_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_aion_v1_activity_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_aion_v1_activity_proto_goTypes = []any{
 	(ActivityState)(0),             // 0: aion.v1.ActivityState
 	(AttemptOutcome)(0),            // 1: aion.v1.AttemptOutcome
 	(InterventionOutcome)(0),       // 2: aion.v1.InterventionOutcome
-	(*Activity)(nil),               // 3: aion.v1.Activity
-	(*Attempt)(nil),                // 4: aion.v1.Attempt
-	(*ScheduleRequest)(nil),        // 5: aion.v1.ScheduleRequest
-	(*ScheduleResponse)(nil),       // 6: aion.v1.ScheduleResponse
-	(*ScheduleBatchRequest)(nil),   // 7: aion.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),  // 8: aion.v1.ScheduleBatchResponse
-	(*ScheduleBatchResult)(nil),    // 9: aion.v1.ScheduleBatchResult
-	(*GetActivityRequest)(nil),     // 10: aion.v1.GetActivityRequest
-	(*GetActivityResponse)(nil),    // 11: aion.v1.GetActivityResponse
-	(*WaitRequest)(nil),            // 12: aion.v1.WaitRequest
-	(*WaitResponse)(nil),           // 13: aion.v1.WaitResponse
-	(*CancelRequest)(nil),          // 14: aion.v1.CancelRequest
-	(*CancelResponse)(nil),         // 15: aion.v1.CancelResponse
-	(*ListActivitiesRequest)(nil),  // 16: aion.v1.ListActivitiesRequest
-	(*ListActivitiesResponse)(nil), // 17: aion.v1.ListActivitiesResponse
-	(*InterveneRequest)(nil),       // 18: aion.v1.InterveneRequest
-	(*InterveneResponse)(nil),      // 19: aion.v1.InterveneResponse
-	(*Failure)(nil),                // 20: aion.v1.Failure
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
-	(*RetryPolicy)(nil),            // 22: aion.v1.RetryPolicy
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
-	(*Status)(nil),                 // 24: aion.v1.Status
-	(*InterventionCommand)(nil),    // 25: aion.v1.InterventionCommand
+	(*WhyRequest)(nil),             // 3: aion.v1.WhyRequest
+	(*WhyResponse)(nil),            // 4: aion.v1.WhyResponse
+	(*Activity)(nil),               // 5: aion.v1.Activity
+	(*Attempt)(nil),                // 6: aion.v1.Attempt
+	(*ScheduleRequest)(nil),        // 7: aion.v1.ScheduleRequest
+	(*ScheduleResponse)(nil),       // 8: aion.v1.ScheduleResponse
+	(*ScheduleBatchRequest)(nil),   // 9: aion.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),  // 10: aion.v1.ScheduleBatchResponse
+	(*ScheduleBatchResult)(nil),    // 11: aion.v1.ScheduleBatchResult
+	(*GetActivityRequest)(nil),     // 12: aion.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),    // 13: aion.v1.GetActivityResponse
+	(*WaitRequest)(nil),            // 14: aion.v1.WaitRequest
+	(*WaitResponse)(nil),           // 15: aion.v1.WaitResponse
+	(*CancelRequest)(nil),          // 16: aion.v1.CancelRequest
+	(*CancelResponse)(nil),         // 17: aion.v1.CancelResponse
+	(*ListActivitiesRequest)(nil),  // 18: aion.v1.ListActivitiesRequest
+	(*ListActivitiesResponse)(nil), // 19: aion.v1.ListActivitiesResponse
+	(*InterveneRequest)(nil),       // 20: aion.v1.InterveneRequest
+	(*InterveneResponse)(nil),      // 21: aion.v1.InterveneResponse
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*Failure)(nil),                // 23: aion.v1.Failure
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
+	(*RetryPolicy)(nil),            // 25: aion.v1.RetryPolicy
+	(*Status)(nil),                 // 26: aion.v1.Status
+	(*InterventionCommand)(nil),    // 27: aion.v1.InterventionCommand
 }
 var file_aion_v1_activity_proto_depIdxs = []int32{
-	0,  // 0: aion.v1.Activity.state:type_name -> aion.v1.ActivityState
-	20, // 1: aion.v1.Activity.failure:type_name -> aion.v1.Failure
-	21, // 2: aion.v1.Activity.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	21, // 3: aion.v1.Activity.start_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 4: aion.v1.Activity.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 5: aion.v1.Activity.heartbeat_timeout:type_name -> google.protobuf.Duration
-	22, // 6: aion.v1.Activity.retry_policy:type_name -> aion.v1.RetryPolicy
-	23, // 7: aion.v1.Activity.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 8: aion.v1.Activity.started_time:type_name -> google.protobuf.Timestamp
-	23, // 9: aion.v1.Activity.closed_time:type_name -> google.protobuf.Timestamp
-	4,  // 10: aion.v1.Activity.attempts:type_name -> aion.v1.Attempt
-	23, // 11: aion.v1.Activity.ready_time:type_name -> google.protobuf.Timestamp
-	23, // 12: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
-	23, // 13: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
-	1,  // 14: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
-	20, // 15: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
-	21, // 16: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	21, // 17: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 18: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	21, // 19: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
-	22, // 20: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
-	21, // 21: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
-	23, // 22: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 23: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
-	5,  // 24: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
-	9,  // 25: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
-	3,  // 26: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
-	24, // 27: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
-	3,  // 28: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
-	3,  // 29: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
-	3,  // 30: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
-	0,  // 31: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
-	3,  // 32: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
-	25, // 33: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
-	2,  // 34: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
-	5,  // 35: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
-	7,  // 36: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
-	10, // 37: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
-	12, // 38: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
-	14, // 39: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
-	16, // 40: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
-	18, // 41: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
-	6,  // 42: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
-	8,  // 43: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
-	11, // 44: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
-	13, // 45: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
-	15, // 46: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
-	17, // 47: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
-	19, // 48: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	0,  // 0: aion.v1.WhyResponse.state:type_name -> aion.v1.ActivityState
+	22, // 1: aion.v1.WhyResponse.until:type_name -> google.protobuf.Timestamp
+	0,  // 2: aion.v1.Activity.state:type_name -> aion.v1.ActivityState
+	23, // 3: aion.v1.Activity.failure:type_name -> aion.v1.Failure
+	24, // 4: aion.v1.Activity.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	24, // 5: aion.v1.Activity.start_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 6: aion.v1.Activity.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 7: aion.v1.Activity.heartbeat_timeout:type_name -> google.protobuf.Duration
+	25, // 8: aion.v1.Activity.retry_policy:type_name -> aion.v1.RetryPolicy
+	22, // 9: aion.v1.Activity.scheduled_time:type_name -> google.protobuf.Timestamp
+	22, // 10: aion.v1.Activity.started_time:type_name -> google.protobuf.Timestamp
+	22, // 11: aion.v1.Activity.closed_time:type_name -> google.protobuf.Timestamp
+	6,  // 12: aion.v1.Activity.attempts:type_name -> aion.v1.Attempt
+	22, // 13: aion.v1.Activity.ready_time:type_name -> google.protobuf.Timestamp
+	22, // 14: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
+	22, // 15: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
+	1,  // 16: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
+	23, // 17: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
+	24, // 18: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	24, // 19: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 20: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 21: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
+	25, // 22: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
+	24, // 23: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
+	22, // 24: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 25: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
+	7,  // 26: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
+	11, // 27: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
+	5,  // 28: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
+	26, // 29: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
+	5,  // 30: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
+	5,  // 31: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
+	5,  // 32: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
+	0,  // 33: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
+	5,  // 34: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
+	27, // 35: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
+	2,  // 36: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
+	7,  // 37: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
+	9,  // 38: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
+	12, // 39: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
+	14, // 40: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
+	16, // 41: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
+	18, // 42: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
+	20, // 43: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
+	3,  // 44: aion.v1.ActivityService.Why:input_type -> aion.v1.WhyRequest
+	8,  // 45: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
+	10, // 46: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
+	13, // 47: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
+	15, // 48: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
+	17, // 49: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
+	19, // 50: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
+	21, // 51: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
+	4,  // 52: aion.v1.ActivityService.Why:output_type -> aion.v1.WhyResponse
+	45, // [45:53] is the sub-list for method output_type
+	37, // [37:45] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_activity_proto_init() }
@@ -1798,7 +2006,7 @@ func file_aion_v1_activity_proto_init() {
 	}
 	file_aion_v1_common_proto_init()
 	file_aion_v1_intervention_proto_init()
-	file_aion_v1_activity_proto_msgTypes[6].OneofWrappers = []any{
+	file_aion_v1_activity_proto_msgTypes[8].OneofWrappers = []any{
 		(*ScheduleBatchResult_Activity)(nil),
 		(*ScheduleBatchResult_Error)(nil),
 	}
@@ -1808,7 +2016,7 @@ func file_aion_v1_activity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_activity_proto_rawDesc), len(file_aion_v1_activity_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	ActivityService_Cancel_FullMethodName        = "/aion.v1.ActivityService/Cancel"
 	ActivityService_List_FullMethodName          = "/aion.v1.ActivityService/List"
 	ActivityService_Intervene_FullMethodName     = "/aion.v1.ActivityService/Intervene"
+	ActivityService_Why_FullMethodName           = "/aion.v1.ActivityService/Why"
 )
 
 // ActivityServiceClient is the client API for ActivityService service.
@@ -55,6 +56,11 @@ type ActivityServiceClient interface {
 	List(ctx context.Context, in *ListActivitiesRequest, opts ...grpc.CallOption) (*ListActivitiesResponse, error)
 	// Intervene sends a mid-run command to the worker running the activity's current attempt.
 	Intervene(ctx context.Context, in *InterveneRequest, opts ...grpc.CallOption) (*InterveneResponse, error)
+	// Why explains, from the server's live state, why an activity is not running: no worker
+	// serves it, its node pin or placement excludes the workers there are, every slot is busy
+	// (and how many wait before it), its namespace's in-flight cap, its delayed start or retry
+	// backoff (until when); or that it runs or closed.
+	Why(ctx context.Context, in *WhyRequest, opts ...grpc.CallOption) (*WhyResponse, error)
 }
 
 type activityServiceClient struct {
@@ -135,6 +141,16 @@ func (c *activityServiceClient) Intervene(ctx context.Context, in *InterveneRequ
 	return out, nil
 }
 
+func (c *activityServiceClient) Why(ctx context.Context, in *WhyRequest, opts ...grpc.CallOption) (*WhyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhyResponse)
+	err := c.cc.Invoke(ctx, ActivityService_Why_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ActivityServiceServer is the server API for ActivityService service.
 // All implementations must embed UnimplementedActivityServiceServer
 // for forward compatibility.
@@ -160,6 +176,11 @@ type ActivityServiceServer interface {
 	List(context.Context, *ListActivitiesRequest) (*ListActivitiesResponse, error)
 	// Intervene sends a mid-run command to the worker running the activity's current attempt.
 	Intervene(context.Context, *InterveneRequest) (*InterveneResponse, error)
+	// Why explains, from the server's live state, why an activity is not running: no worker
+	// serves it, its node pin or placement excludes the workers there are, every slot is busy
+	// (and how many wait before it), its namespace's in-flight cap, its delayed start or retry
+	// backoff (until when); or that it runs or closed.
+	Why(context.Context, *WhyRequest) (*WhyResponse, error)
 	mustEmbedUnimplementedActivityServiceServer()
 }
 
@@ -190,6 +211,9 @@ func (UnimplementedActivityServiceServer) List(context.Context, *ListActivitiesR
 }
 func (UnimplementedActivityServiceServer) Intervene(context.Context, *InterveneRequest) (*InterveneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Intervene not implemented")
+}
+func (UnimplementedActivityServiceServer) Why(context.Context, *WhyRequest) (*WhyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Why not implemented")
 }
 func (UnimplementedActivityServiceServer) mustEmbedUnimplementedActivityServiceServer() {}
 func (UnimplementedActivityServiceServer) testEmbeddedByValue()                         {}
@@ -338,6 +362,24 @@ func _ActivityService_Intervene_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActivityService_Why_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActivityServiceServer).Why(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActivityService_Why_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActivityServiceServer).Why(ctx, req.(*WhyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ActivityService_ServiceDesc is the grpc.ServiceDesc for ActivityService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -372,6 +414,10 @@ var ActivityService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Intervene",
 			Handler:    _ActivityService_Intervene_Handler,
+		},
+		{
+			MethodName: "Why",
+			Handler:    _ActivityService_Why_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
