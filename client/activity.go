@@ -50,6 +50,8 @@ type ScheduleOptions struct {
 	// past is now.
 	StartDelay time.Duration
 	StartAt    time.Time
+	// Priority within the pool: 1 is dispatched first, 5 last; 0 means 3.
+	Priority int
 }
 
 func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
@@ -67,6 +69,7 @@ func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
 		RetryPolicy:            o.RetryPolicy.toProto(),
 		StartDelay:             durationToProto(o.StartDelay),
 		StartTime:              timeToProto(o.StartAt),
+		Priority:               int32(o.Priority),
 	}
 }
 

@@ -268,6 +268,8 @@ type Activity struct {
 	// ReadyTime is when the activity becomes (or became) ready for its next
 	// attempt: its delayed start, or the end of a retry's backoff.
 	ReadyTime time.Time
+	// Priority within its pool: 1 first … 5 last.
+	Priority int
 
 	// Attempts holds every attempt so far, oldest first.
 	Attempts []Attempt
@@ -312,6 +314,7 @@ type activityJSON struct {
 	StartedTime            *time.Time      `json:"started_time,omitempty"`
 	ClosedTime             *time.Time      `json:"closed_time,omitempty"`
 	ReadyTime              *time.Time      `json:"ready_time,omitempty"`
+	Priority               int             `json:"priority"`
 	Attempts               []attemptJSON   `json:"attempts,omitempty"`
 	LastHeartbeatDetails   Payload         `json:"last_heartbeat_details,omitempty"`
 }
@@ -359,6 +362,7 @@ func (a *Activity) MarshalJSON() ([]byte, error) {
 		StartedTime:          timePtr(a.StartedTime),
 		ClosedTime:           timePtr(a.ClosedTime),
 		ReadyTime:            timePtr(a.ReadyTime),
+		Priority:             a.Priority,
 		LastHeartbeatDetails: a.LastHeartbeatDetails,
 	}
 	for _, at := range a.Attempts {
@@ -410,6 +414,7 @@ func activityFromProto(p *aionv1.Activity) *Activity {
 		StartedTime:            timeFromProto(p.GetStartedTime()),
 		ClosedTime:             timeFromProto(p.GetClosedTime()),
 		ReadyTime:              timeFromProto(p.GetReadyTime()),
+		Priority:               int(p.GetPriority()),
 		LastHeartbeatDetails:   Payload(p.GetLastHeartbeatDetails()),
 		PayloadSize:            p.GetPayloadSize(),
 	}

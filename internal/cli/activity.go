@@ -46,7 +46,8 @@ type scheduleFlags struct {
 	maxInterval     time.Duration
 	nonRetryable    []string
 
-	start startFlags
+	start    startFlags
+	priority int
 }
 
 // startFlags are the delayed-start flags of activity schedule and workflow
@@ -92,6 +93,7 @@ func (f *scheduleFlags) options(cmd *cobra.Command) client.ScheduleOptions {
 		StartToCloseTimeout:    f.startToClose,
 		ScheduleToCloseTimeout: f.scheduleToClose,
 		HeartbeatTimeout:       f.heartbeat,
+		Priority:               f.priority,
 	}
 	fl := cmd.Flags()
 	if fl.Changed("max-attempts") || fl.Changed("initial-interval") || fl.Changed("backoff") ||
@@ -185,6 +187,7 @@ other error).`,
 	fl.DurationVar(&f.maxInterval, "max-interval", 0, "retry policy: longest delay between attempts")
 	fl.StringSliceVar(&f.nonRetryable, "non-retryable", nil, "retry policy: failure types never retried (comma-separated or repeated)")
 	f.start.bind(fl)
+	fl.IntVar(&f.priority, "priority", 0, "priority within the pool: 1 is dispatched first, 5 last (0: the default 3)")
 	return cmd
 }
 

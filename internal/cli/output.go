@@ -51,6 +51,9 @@ func writeActivity(w io.Writer, act *client.Activity) {
 		row("node", act.Node)
 	}
 	row("attempt", fmt.Sprint(act.Attempt))
+	if act.Priority != 0 && act.Priority != 3 {
+		row("priority", fmt.Sprint(act.Priority))
+	}
 	if len(act.Payload) > 0 {
 		row("input", payloadText(act.Payload))
 	}

@@ -71,31 +71,75 @@ type pool struct {
 	byPin map[string]*queue
 }
 
-// queue is a FIFO of activities that share a triple and a node match.
+// queue holds the activities that share a triple and a node match: one
+// FIFO lane per priority, the most urgent lane served first.
 type queue struct {
 	triple registry.Triple
 	pin    string
 	match  registry.Match
-	items  []*activity
-	head   int
+	lanes  [store.LowestPriority]lane
 	// live counts the items still waiting; the others left (timed out,
 	// cancelled) and are skipped when they reach the head.
 	live int
 }
 
-func (q *queue) len() int { return len(q.items) - q.head }
+// lane is the FIFO of one priority.
+type lane struct {
+	items []*activity
+	head  int
+}
 
-func (q *queue) push(a *activity) { q.items = append(q.items, a) }
+func (l *lane) len() int { return len(l.items) - l.head }
 
-func (q *queue) pop() {
-	q.items[q.head] = nil
-	q.head++
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-	} else if q.head > 1024 && q.head*2 > len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
+func (q *queue) len() int {
+	n := 0
+	for i := range q.lanes {
+		n += q.lanes[i].len()
+	}
+	return n
+}
+
+func (q *queue) push(a *activity) {
+	l := &q.lanes[laneOf(a.rec.Priority)]
+	l.items = append(l.items, a)
+}
+
+// laneOf is the lane index of a priority: 0 for the most urgent.
+func laneOf(priority int) int {
+	return min(max(store.EffectivePriority(priority), store.HighestPriority), store.LowestPriority) - store.HighestPriority
+}
+
+// front is the most urgent lane with items, nil when the queue is empty.
+func (q *queue) front() *lane {
+	for i := range q.lanes {
+		if q.lanes[i].len() > 0 {
+			return &q.lanes[i]
+		}
+	}
+	return nil
+}
+
+// waiting calls fn for the items in dispatch order: most urgent first,
+// oldest first within a priority; fn returns false to stop.
+func (q *queue) waiting(fn func(*activity) bool) {
+	for i := range q.lanes {
+		for _, a := range q.lanes[i].items[q.lanes[i].head:] {
+			if !fn(a) {
+				return
+			}
+		}
+	}
+}
+
+func (l *lane) pop() {
+	l.items[l.head] = nil
+	l.head++
+	if l.head == len(l.items) {
+		l.items, l.head = l.items[:0], 0
+	} else if l.head > 1024 && l.head*2 > len(l.items) {
+		n := copy(l.items, l.items[l.head:])
+		clear(l.items[n:])
+		l.items, l.head = l.items[:n], 0
 	}
 }
 
@@ -142,10 +186,10 @@ func (e *Engine) enqueueLocked(a *activity) {
 // or no eligible worker has a free slot. An emptied queue is deleted, so
 // nothing keyed by caller-chosen names outlives its work.
 func (e *Engine) dispatchLocked(q *queue) {
-	for q.len() > 0 {
-		a := q.items[q.head]
+	for l := q.front(); l != nil; l = q.front() {
+		a := l.items[l.head]
 		if a.queued != q {
-			q.pop() // timed out or cancelled while waiting
+			l.pop() // timed out or cancelled while waiting
 			continue
 		}
 		if e.maxRunning > 0 && e.running[q.triple.Pool.Namespace] >= e.maxRunning {
@@ -155,7 +199,7 @@ func (e *Engine) dispatchLocked(q *queue) {
 		if !ok {
 			return
 		}
-		q.pop()
+		l.pop()
 		e.unqueueLocked(a)
 		e.startLocked(a, w)
 	}

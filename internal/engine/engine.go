@@ -391,10 +391,13 @@ func (e *Engine) Backlog() []PoolBacklog {
 				byPool[t.Pool] = b
 			}
 			b.Waiting += q.live
-			for _, a := range q.items[q.head:] {
-				if a.queued == q {
-					b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
-					break
+			for i := range q.lanes {
+				l := &q.lanes[i]
+				for _, a := range l.items[l.head:] {
+					if a.queued == q { // the oldest still waiting in its lane
+						b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
+						break
+					}
 				}
 			}
 		}

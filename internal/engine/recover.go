@@ -63,7 +63,12 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 	e.mu.Unlock()
 
 	e.mu.Lock()
-	for _, a := range e.open {
+	// In the store's order (oldest first), so each queue is FIFO again.
+	for _, rec := range open {
+		a := e.open[key{rec.Namespace, rec.ID}]
+		if a == nil {
+			continue
+		}
 		if a.rec.ReadyAt.After(now) {
 			e.armLocked(a.rec.ReadyAt, a.key(), a.rec.Attempt, timerReady)
 		} else {

@@ -33,6 +33,8 @@ type Request struct {
 	// durable at once and ready only then. A StartAt in the past is now.
 	StartDelay time.Duration
 	StartAt    time.Time
+	// Priority orders ready work within a pool: 1 first, 5 last; 0 means 3.
+	Priority int
 }
 
 // Scheduled is the outcome of one Request.
@@ -275,6 +277,7 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		Fingerprint:  fingerprint(r),
 		Timeouts:     timeouts,
 		Retry:        e.retry(r.Retry),
+		Priority:     store.EffectivePriority(r.Priority),
 		State:        store.StateScheduled,
 		ScheduledAt:  now,
 		ReadyAt:      ready,
@@ -328,6 +331,9 @@ func validate(r Request, maxPayload int) error {
 	}
 	if r.StartDelay > 0 && !r.StartAt.IsZero() {
 		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
+	}
+	if r.Priority != 0 && (r.Priority < store.HighestPriority || r.Priority > store.LowestPriority) {
+		return fmt.Errorf("priority: %d, want 1 (first) to 5 (last), or 0 for the default 3: %w", r.Priority, ErrInvalid)
 	}
 	if r.Retry.MaximumAttempts < 0 {
 		return fmt.Errorf("retry_policy.maximum_attempts: %d is negative: %w", r.Retry.MaximumAttempts, ErrInvalid)
@@ -402,6 +408,9 @@ func fingerprint(r Request) string {
 		// A delayed start is part of the request; an undelayed one keeps
 		// the fingerprint of before delays existed.
 		field(fmt.Appendf(nil, "start %d %d", r.StartDelay, r.StartAt.UnixNano()))
+	}
+	if p := store.EffectivePriority(r.Priority); p != store.DefaultPriority {
+		field(fmt.Appendf(nil, "priority %d", p)) // likewise for the default priority
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }

@@ -171,14 +171,15 @@ func (e *Engine) explainLocked(a *activity) Explanation {
 		return ex
 	}
 	if q := a.queued; q != nil {
-		for _, o := range q.items[q.head:] {
+		q.waiting(func(o *activity) bool {
 			if o == a {
-				break
+				return false
 			}
 			if o.queued == q {
 				ex.Ahead++
 			}
-		}
+			return true
+		})
 	}
 	if e.maxRunning > 0 && e.running[rec.Namespace] >= e.maxRunning {
 		ex.Reason = WhyInFlightCap

@@ -63,6 +63,7 @@ func TestScheduleBadInputMatrix(t *testing.T) {
 			r.StartDelay, r.StartTime = durationpb.New(time.Minute), timestamppb.New(time.Now().Add(time.Hour))
 		}, codes.InvalidArgument, "start_delay"},
 		{"NegativeStartDelay", func(r *aionv1.ScheduleRequest) { r.StartDelay = durationpb.New(-time.Second) }, codes.InvalidArgument, "start_delay"},
+		{"PriorityOutOfRange", func(r *aionv1.ScheduleRequest) { r.Priority = 9 }, codes.InvalidArgument, "priority: 9"},
 		{"InvalidStartTime", func(r *aionv1.ScheduleRequest) { r.StartTime = &timestamppb.Timestamp{Seconds: 1, Nanos: -1} }, codes.InvalidArgument, "start_time"},
 		{"LifeEndsBeforeTheStart", func(r *aionv1.ScheduleRequest) {
 			r.StartDelay, r.ScheduleToCloseTimeout = durationpb.New(time.Hour), durationpb.New(time.Minute)

@@ -116,6 +116,7 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		LastHeartbeatDetails:   a.HeartbeatDetails,
 		PayloadSize:            uint64(max(a.PayloadSize, len(a.Payload))),
 		ReadyTime:              ts(a.ReadyAt),
+		Priority:               int32(a.Priority),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{
@@ -142,6 +143,7 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		ActivityType: r.GetActivityType(),
 		Node:         r.GetNode(),
 		Payload:      r.GetPayload(),
+		Priority:     int(r.GetPriority()),
 	}
 	var err error
 	fields := []struct {

@@ -91,6 +91,9 @@ type Activity struct {
 	Fingerprint string
 	Timeouts    Timeouts
 	Retry       RetryPolicy
+	// Priority orders ready work within a pool: 1 is dispatched first, 5
+	// last; the store keeps 0 as DefaultPriority.
+	Priority int
 
 	State ActivityState
 	// Attempt is the number of the latest attempt, 0 before the first.
@@ -108,6 +111,21 @@ type Activity struct {
 	ClosedAt time.Time
 	// Seq orders activities by scheduling within one store; set by the store.
 	Seq int64
+}
+
+// The priorities: 1 is dispatched first, 5 last.
+const (
+	HighestPriority = 1
+	DefaultPriority = 3
+	LowestPriority  = 5
+)
+
+// EffectivePriority is p, or DefaultPriority for 0.
+func EffectivePriority(p int) int {
+	if p == 0 {
+		return DefaultPriority
+	}
+	return p
 }
 
 // Attempt is the durable record of one delivery of an activity to a worker.

@@ -14,13 +14,13 @@ import (
 // ActivityColumns lists the activity columns in the order ActivityRow scans
 // them; the last one is the payload's length.
 const ActivityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
-	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0)`
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority`
 
 // activityColumns is ActivityColumns with the bulky columns read through
 // the given expressions.
 func activityColumns(payload, result, failure, heartbeat string) string {
 	return `seq, namespace, id, task_queue, activity_type, node, ` + payload + `, fingerprint, timeouts, retry,
-	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0)`
+	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority`
 }
 
 // ActivityColumnsWithoutPayloads is ActivityColumns for a listing that
@@ -53,7 +53,7 @@ func (r *ActivityRow) Dest() []any {
 	a := &r.a
 	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
 		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
-		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize}
+		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize, &a.Priority}
 }
 
 // Decode returns the activity the row holds.

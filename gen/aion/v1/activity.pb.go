@@ -449,7 +449,9 @@ type Activity struct {
 	PayloadSize uint64 `protobuf:"varint,21,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
 	// When the activity becomes (or became) ready for its next attempt: its delayed start, or the
 	// end of a retry's backoff.
-	ReadyTime     *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
+	ReadyTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
+	// Priority within the pool: 1 first … 5 last.
+	Priority      int32 `protobuf:"varint,23,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +640,13 @@ func (x *Activity) GetReadyTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Activity) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // Attempt is one delivery of an activity to one worker.
 type Attempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -768,7 +777,10 @@ type ScheduleRequest struct {
 	// With a delay and no schedule_to_close_timeout, the default is counted from the ready time.
 	StartDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"`
 	// Delayed start at an instant; one in the past means now.
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Priority within the pool: 1 is dispatched first, 5 last; 0 means the default 3. Within a
+	// priority, the oldest ready activity goes first.
+	Priority      int32 `protobuf:"varint,14,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -892,6 +904,13 @@ func (x *ScheduleRequest) GetStartTime() *timestamppb.Timestamp {
 		return x.StartTime
 	}
 	return nil
+}
+
+func (x *ScheduleRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // ScheduleResponse answers Schedule.
@@ -1759,7 +1778,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"free_slots\x18\b \x01(\rR\tfreeSlots\x12\x14\n" +
 	"\x05nodes\x18\t \x03(\tR\x05nodes\x12\x1b\n" +
 	"\tworker_id\x18\n" +
-	" \x01(\x04R\bworkerId\"\xb4\b\n" +
+	" \x01(\x04R\bworkerId\"\xd0\b\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1786,7 +1805,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\x16last_heartbeat_details\x18\x14 \x01(\fR\x14lastHeartbeatDetails\x12!\n" +
 	"\fpayload_size\x18\x15 \x01(\x04R\vpayloadSize\x129\n" +
 	"\n" +
-	"ready_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\"\xab\x02\n" +
+	"ready_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\x12\x1a\n" +
+	"\bpriority\x18\x17 \x01(\x05R\bpriority\"\xab\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x12\n" +
@@ -1795,7 +1815,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
 	"ended_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tendedTime\x121\n" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x17.aion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xa5\x05\n" +
+	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xc1\x05\n" +
 	"\x0fScheduleRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -1813,7 +1833,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\vstart_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"startDelay\x129\n" +
 	"\n" +
-	"start_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"]\n" +
+	"start_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1a\n" +
+	"\bpriority\x18\x0e \x01(\x05R\bpriority\"]\n" +
 	"\x10ScheduleResponse\x12-\n" +
 	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"L\n" +

@@ -328,7 +328,7 @@ const claimSQL = `WITH member AS (
 		SELECT seq AS claim_seq FROM activities
 		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
 			AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
-		ORDER BY seq LIMIT $8 FOR UPDATE SKIP LOCKED) locked) c
+		ORDER BY priority, seq LIMIT $8 FOR UPDATE SKIP LOCKED) locked) c
 	WHERE a.seq = c.claim_seq
 	RETURNING ` + store.ActivityColumns
 

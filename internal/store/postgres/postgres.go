@@ -201,6 +201,11 @@ var migrations = []string{
 		data      bytea NOT NULL
 	);
 	CREATE INDEX run_inbox_by_run ON run_inbox (namespace, run_id, id)`,
+	// Activities gain a priority (1 first, 5 last); claims take the most
+	// urgent ready work of a triple first, then the oldest.
+	`ALTER TABLE activities ADD COLUMN priority smallint NOT NULL DEFAULT 3;
+	DROP INDEX activities_claim;
+	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, priority, seq) WHERE state = 'scheduled'`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

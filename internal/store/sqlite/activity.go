@@ -40,8 +40,8 @@ func (s *Store) prepare(ctx context.Context) error {
 	}
 	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
-		scheduled_at, started_at, ready_at, closed_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		scheduled_at, started_at, ready_at, closed_at, priority)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -97,7 +97,8 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			res, err = insert.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
 				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
 				failureJSON(a.Failure), a.HeartbeatDetails,
-				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt))
+				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
+				store.EffectivePriority(a.Priority))
 		case store.EndAttempt:
 			number := 0
 			if w.Attempt != nil {

@@ -314,6 +314,41 @@ var migrations = []string{
 		data      BLOB NOT NULL,
 		PRIMARY KEY (namespace, run_id, seq)
 	) STRICT`,
+	// Activities gain a priority, kept before the bulky columns (see the
+	// rebuild above): the table is rebuilt once more, every activity at the
+	// default priority 3.
+	`CREATE TABLE activities_next (
+		seq           INTEGER PRIMARY KEY,
+		namespace     TEXT NOT NULL,
+		id            TEXT NOT NULL,
+		task_queue    TEXT NOT NULL,
+		activity_type TEXT NOT NULL,
+		node          TEXT NOT NULL,
+		fingerprint   TEXT NOT NULL,
+		timeouts      TEXT NOT NULL,
+		retry         TEXT NOT NULL,
+		state         TEXT NOT NULL,
+		attempt       INTEGER NOT NULL,
+		scheduled_at  INTEGER NOT NULL,
+		started_at    INTEGER NOT NULL,
+		ready_at      INTEGER NOT NULL,
+		closed_at     INTEGER NOT NULL,
+		priority      INTEGER NOT NULL DEFAULT 3,
+		failure       TEXT,
+		heartbeat     BLOB,
+		result        BLOB,
+		payload       BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq)`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -95,6 +95,24 @@ func runActivity(t *testing.T, open Opener) {
 		}
 	})
 
+	t.Run("PriorityRoundTripsAndDefaultsToThree", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		urgent, plain := newActivity("ns", "urgent"), newActivity("ns", "plain")
+		urgent.Priority = store.HighestPriority
+		apply(t, s, store.InsertActivity{Activity: urgent}, store.InsertActivity{Activity: plain})
+		if got := get(t, s, "ns", "urgent").Priority; got != 1 {
+			t.Fatalf("urgent priority = %d, want 1", got)
+		}
+		if got := get(t, s, "ns", "plain").Priority; got != store.DefaultPriority {
+			t.Fatalf("priority left 0 reads back %d, want %d", got, store.DefaultPriority)
+		}
+		open, err := s.OpenActivities(ctx, -1)
+		if err != nil || len(open) != 2 || open[0].Priority != 1 || open[1].Priority != 3 {
+			t.Fatalf("open activities: %+v, %v", open, err)
+		}
+	})
+
 	t.Run("AttemptLifecycle", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)

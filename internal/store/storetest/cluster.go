@@ -53,6 +53,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"MessagesReachOnlyTheirServerOnce", testMessages},
 		{"NoticesReachEveryListener", testNotices},
 		{"CanceledContextChangesNothing", testClusterCanceledContext},
+		{"ClaimsTakeTheMostUrgentFirst", testClaimsTakeTheMostUrgentFirst},
 		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
 		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
@@ -876,5 +877,24 @@ func testClusterCanceledContext(t *testing.T, c *clusterCase) {
 	}
 	if ws, err := c.s.ListWorkers(c.ctx); err != nil || len(ws) != 0 {
 		t.Fatalf("a put with a canceled context left %+v, %v", ws, err)
+	}
+}
+
+func testClaimsTakeTheMostUrgentFirst(t *testing.T, c *clusterCase) {
+	owner := c.join("s", time.Minute)
+	now := time.Now()
+	var writes []store.Write
+	for i, p := range []int{5, 5, 3, 1, 5} {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("p%d-%d", p, i),
+			TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled, Priority: p,
+			Timeouts: store.Timeouts{ScheduleToClose: time.Hour}, ScheduledAt: now, ReadyAt: now}})
+	}
+	c.apply(writes...)
+	first := c.claim(owner, time.Now(), claimOf("t", "", 1))
+	second := c.claim(owner, time.Now(), claimOf("t", "", 2, 3))
+	took := activityIDs(second[0])
+	slices.Sort(took) // both start at once; the list is in scheduling order
+	if got := fmt.Sprint(activityIDs(first[0]), took); got != "[p1-3] [p3-2 p5-0]" {
+		t.Fatalf("claims took %s, want the priority-1 activity, then priority 3, then the oldest priority 5", got)
 	}
 }
