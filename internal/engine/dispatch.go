@@ -91,14 +91,6 @@ type lane struct {
 
 func (l *lane) len() int { return len(l.items) - l.head }
 
-func (q *queue) len() int {
-	n := 0
-	for i := range q.lanes {
-		n += q.lanes[i].len()
-	}
-	return n
-}
-
 func (q *queue) push(a *activity) {
 	l := &q.lanes[laneOf(a.rec.Priority)]
 	l.items = append(l.items, a)
