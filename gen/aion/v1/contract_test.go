@@ -122,7 +122,9 @@ func TestServiceMethods(t *testing.T) {
 	}{
 		{aionv1.WorkerService_ServiceDesc, "aion.v1.WorkerService", nil, []string{"Connect"}},
 		{aionv1.ActivityService_ServiceDesc, "aion.v1.ActivityService",
-			[]string{"Schedule", "ScheduleBatch", "Get", "Wait", "Cancel", "List", "Intervene"}, nil},
+			[]string{"Schedule", "ScheduleBatch", "Get", "Wait", "Cancel", "List", "Intervene", "Why"}, nil},
+		{aionv1.WorkflowService_ServiceDesc, "aion.v1.WorkflowService",
+			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History"}, nil},
 		{aionv1.NamespaceService_ServiceDesc, "aion.v1.NamespaceService",
 			[]string{"Create", "Get", "List", "SetPlacement"}, nil},
 		{aionv1.ClusterService_ServiceDesc, "aion.v1.ClusterService",
