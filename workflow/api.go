@@ -35,6 +35,9 @@ type ActivityOptions struct {
 	HeartbeatTimeout time.Duration
 	// RetryPolicy decides retries; nil takes the server's default.
 	RetryPolicy *RetryPolicy
+	// Priority orders the step among the ready work of its pool: 1 is
+	// dispatched first, 5 last; 0 means the default 3.
+	Priority int
 }
 
 // RetryPolicy decides whether and when a failed attempt is retried. Zero
@@ -74,7 +77,11 @@ func (o ActivityOptions) toProto() (*aionv1.ActivityOptions, error) {
 	if err := namerule.CheckOptional("ActivityOptions.Node", o.Node, namerule.MaxName); err != nil {
 		return nil, err
 	}
+	if o.Priority < 0 || o.Priority > 5 {
+		return nil, fmt.Errorf("ActivityOptions.Priority is %d, want 1 (first) to 5 (last), or 0 for the default 3", o.Priority)
+	}
 	p := &aionv1.ActivityOptions{
+		Priority:               int32(o.Priority),
 		TaskQueue:              o.TaskQueue,
 		Node:                   o.Node,
 		ScheduleToStartTimeout: duration(o.ScheduleToStartTimeout),

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -56,5 +57,32 @@ func TestPriorityOutOfRangeIsRefused(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("priority: %d", p)) {
 			t.Fatalf("priority %d: %v, want ErrInvalid naming it", p, err)
 		}
+	}
+}
+
+// A workflow's activity step takes the priority its options give, and
+// overtakes waiting work of a lower priority.
+func TestWorkflowStepTakesItsPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 3 {
+		r := request(fmt.Sprintf("low-%d", i), store.Timeouts{}, store.RetryPolicy{})
+		r.Priority = 5
+		b.schedule(r)
+	}
+	fw := b.joinWorkflows("v1", 10, "order")
+	b.startWF("w", "order", `1`)
+	urgent := scheduleActivity(1, "t", `"urgent"`)
+	urgent.GetScheduleActivity().Options = &aionv1.ActivityOptions{Priority: 1}
+	task := fw.next()
+	// The worker's one activity slot took the oldest low activity already.
+	first := fw.activity()
+	fw.mustAnswer(task, false, urgent)
+	fw.completeActivity(first, "1")
+	if next := fw.activity(); next.WorkflowID != "w" || next.Step != 1 {
+		t.Fatalf("after the slot freed, %s started, want the workflow's priority-1 step", next.ActivityID)
+	}
+	if v := b.get(stepActivityID(b.getWF("w").Run.RunID, 1)); v.Activity.Priority != 1 {
+		t.Fatalf("step priority %d, want 1", v.Activity.Priority)
 	}
 }

@@ -353,7 +353,7 @@ func (e *Engine) restoreStepActivityLocked(r *wfRun, s *wfStep, now time.Time) {
 	rec := store.Activity{
 		Namespace: req.Namespace, ID: req.ID, TaskQueue: req.TaskQueue, ActivityType: req.ActivityType, Node: req.Node,
 		Payload: req.Payload, PayloadSize: len(req.Payload), Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts),
-		Retry: e.retry(req.Retry), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
+		Retry: e.retry(req.Retry), Priority: store.EffectivePriority(req.Priority), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
 	if e.cl != nil {
 		e.restoreStepInStoreLocked(r, s, rec)

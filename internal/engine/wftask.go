@@ -432,6 +432,7 @@ func (e *Engine) stepRequest(r *wfRun, a *aionv1.ScheduleActivityCommand) (Reque
 		ActivityType: a.GetActivityType(),
 		Node:         o.GetNode(),
 		Payload:      a.GetInput(),
+		Priority:     int(o.GetPriority()),
 		Timeouts: store.Timeouts{
 			ScheduleToStart: o.GetScheduleToStartTimeout().AsDuration(),
 			StartToClose:    o.GetStartToCloseTimeout().AsDuration(),
@@ -526,7 +527,7 @@ func (e *Engine) startStepActivityLocked(r *wfRun, s *wfStep, req Request, now t
 	rec := store.Activity{
 		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
 		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
-		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry),
+		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry), Priority: store.EffectivePriority(req.Priority),
 		State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
 	a := &activity{rec: rec, creating: make(chan struct{}), size: len(req.Payload), step: r.stepRef(s.n)}

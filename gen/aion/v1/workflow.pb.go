@@ -2171,7 +2171,9 @@ type ActivityOptions struct {
 	// Limit on the gap between heartbeats.
 	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	// Retry policy.
-	RetryPolicy   *RetryPolicy `protobuf:"bytes,7,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	RetryPolicy *RetryPolicy `protobuf:"bytes,7,opt,name=retry_policy,json=retryPolicy,proto3" json:"retry_policy,omitempty"`
+	// Priority within the pool: 1 first … 5 last; 0 means 3.
+	Priority      int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2253,6 +2255,13 @@ func (x *ActivityOptions) GetRetryPolicy() *RetryPolicy {
 		return x.RetryPolicy
 	}
 	return nil
+}
+
+func (x *ActivityOptions) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // ActivityScheduled records an activity step.
@@ -4238,7 +4247,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x15WorkflowTaskCompleted\x12\x19\n" +
 	"\bseen_seq\x18\x01 \x01(\x03R\aseenSeq\x12\x19\n" +
 	"\bbuild_id\x18\x02 \x01(\tR\abuildId\x12\x1b\n" +
-	"\tworker_id\x18\x03 \x01(\x04R\bworkerId\"\xc1\x03\n" +
+	"\tworker_id\x18\x03 \x01(\x04R\bworkerId\"\xdd\x03\n" +
 	"\x0fActivityOptions\x12\x1d\n" +
 	"\n" +
 	"task_queue\x18\x01 \x01(\tR\ttaskQueue\x12\x12\n" +
@@ -4247,7 +4256,8 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x16start_to_close_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x13startToCloseTimeout\x12T\n" +
 	"\x19schedule_to_close_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x16scheduleToCloseTimeout\x12F\n" +
 	"\x11heartbeat_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x127\n" +
-	"\fretry_policy\x18\a \x01(\v2\x14.aion.v1.RetryPolicyR\vretryPolicy\"\xb7\x01\n" +
+	"\fretry_policy\x18\a \x01(\v2\x14.aion.v1.RetryPolicyR\vretryPolicy\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\x05R\bpriority\"\xb7\x01\n" +
 	"\x11ActivityScheduled\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12#\n" +
 	"\ractivity_type\x18\x02 \x01(\tR\factivityType\x12\x14\n" +
