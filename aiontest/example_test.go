@@ -45,16 +45,18 @@ func ExampleNewWorker() {
 }
 
 // assistant is an agent-style handler: it answers each injected message
-// until told "bye", and honours pause between messages.
+// until told "bye". When paused it says so (a heartbeat) and keeps
+// listening, so an operator can still talk to it.
 func assistant(ctx context.Context, persona string) ([]string, error) {
 	var transcript []string
 	ivs := worker.Interventions(ctx)
+	noted := false
 	for {
-		if worker.Paused(ctx) {
+		if paused := worker.Paused(ctx); paused && !noted {
 			worker.RecordHeartbeat(ctx, "paused")
-		}
-		if _, err := worker.WaitWhilePaused(ctx); err != nil {
-			return transcript, err
+			noted = true
+		} else if !paused {
+			noted = false
 		}
 		select {
 		case <-ctx.Done():
@@ -95,7 +97,7 @@ func ExampleAttempt_Intervene() {
 	fmt.Println("pause accepted:", ack.Accepted)
 	ack, _ = a.Intervene(ctx, client.InjectMessage("are you there?", client.PriorityNormal))
 	fmt.Println("question accepted:", ack.Accepted)
-	hb, _ := a.NextHeartbeat(ctx) // the handler now waits out the pause
+	hb, _ := a.NextHeartbeat(ctx) // the handler noted the pause
 	fmt.Println("heartbeat:", string(hb))
 	ack, _ = a.Intervene(ctx, client.Resume())
 	fmt.Println("resume accepted:", ack.Accepted)
