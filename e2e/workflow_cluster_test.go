@@ -108,7 +108,8 @@ func busyWorkers(t *testing.T, c *cluster, ns string) string {
 // lone server, every run completes with the right result, records each step
 // once, and no step activity ran again after it had completed (W2).
 func TestWorkflowsSurviveKillsOnAPostgreSQLCluster(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it kills processes under heavy load and would starve the
+	// other process tests of this package (it runs before them instead).
 	const (
 		ns      = "orders"
 		total   = 500
