@@ -47,14 +47,14 @@ func (c *runClaims) wake() {
 	}
 }
 
-// holdsLocked reports whether this server's workers serve the workflow
+// servesWorkflowLocked reports whether this server's workers serve the workflow
 // type in the pool, any build: then it holds a new run of it itself.
 func (e *Engine) servesWorkflowLocked(ns, tq, typ string) bool {
 	_, ok := e.reg.DefaultBuild(registry.Pool(ns, tq), typ)
 	return ok
 }
 
-// runNotice takes a work notice's workflow triples, and reports whether it
+// runNoticeLocked takes a work notice's workflow triples, and reports whether it
 // took it (it was not about activities).
 func (e *Engine) runNoticeLocked(t [3]string) bool {
 	switch {

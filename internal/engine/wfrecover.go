@@ -350,11 +350,7 @@ func (e *Engine) restoreStepActivityLocked(r *wfRun, s *wfStep, now time.Time) {
 		e.log.Error("recover a workflow step", "run", r.rec.RunID, "step", s.n, "err", err)
 		return
 	}
-	rec := store.Activity{
-		Namespace: req.Namespace, ID: req.ID, TaskQueue: req.TaskQueue, ActivityType: req.ActivityType, Node: req.Node,
-		Payload: req.Payload, PayloadSize: len(req.Payload), Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts),
-		Retry: e.retry(req.Retry), Priority: store.EffectivePriority(req.Priority), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
-	}
+	rec := e.stepRecord(req, now)
 	if e.cl != nil {
 		e.restoreStepInStoreLocked(r, s, rec)
 		return
@@ -401,11 +397,7 @@ func (e *Engine) reconcileChildren(r *wfRun) {
 	}
 	e.mu.Unlock()
 	for _, s := range kids {
-		var rec store.Run
-		err := e.call(func(ctx context.Context) (err error) {
-			rec, err = e.st.GetRun(ctx, s.child.ns, s.child.id)
-			return err
-		})
+		rec, err := e.stGetRun(s.child.ns, s.child.id)
 		if errors.Is(err, store.ErrNotFound) {
 			// The child's insert was cut short: start it again.
 			e.mu.Lock()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -524,17 +525,23 @@ func (e *Engine) startStepActivityLocked(r *wfRun, s *wfStep, req Request, now t
 		}
 		return
 	}
-	rec := store.Activity{
-		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
-		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
-		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry), Priority: store.EffectivePriority(req.Priority),
-		State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
-	}
+	rec := e.stepRecord(req, now)
 	a := &activity{rec: rec, creating: make(chan struct{}), size: len(req.Payload), step: r.stepRef(s.n)}
 	e.addOpenLocked(a)
 	// Inserted after the event that records the step: a crash between the
 	// two leaves the event, and recovery inserts the activity again.
 	r.extra = append(r.extra, func() { e.insertStepActivityLocked(a) })
+}
+
+// stepRecord is the record of a step's activity, scheduled and ready at
+// now, the engine's defaults applied as for any scheduled activity.
+func (e *Engine) stepRecord(req Request, now time.Time) store.Activity {
+	return store.Activity{
+		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
+		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
+		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry),
+		Priority: store.EffectivePriority(req.Priority), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
+	}
 }
 
 // insertStepActivityLocked submits a step activity's insert and queues it
@@ -825,5 +832,5 @@ func RunStatusProto(s store.RunStatus) aionv1.RunStatus {
 }
 
 func sortSteps(s []PendingStep) {
-	slices.SortFunc(s, func(a, b PendingStep) int { return int(a.Step - b.Step) })
+	slices.SortFunc(s, func(a, b PendingStep) int { return cmp.Compare(a.Step, b.Step) })
 }
