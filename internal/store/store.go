@@ -160,6 +160,7 @@ type Store interface {
 	NamespaceStore
 	ActivityStore
 	WorkflowStore
+	ScheduleStore
 	// Close releases the backend's resources; it is safe to call once.
 	Close() error
 }

@@ -206,6 +206,23 @@ var migrations = []string{
 	`ALTER TABLE activities ADD COLUMN priority smallint NOT NULL DEFAULT 3;
 	DROP INDEX activities_claim;
 	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, priority, seq) WHERE state = 'scheduled'`,
+	// Schedules: the definition and the scheduler's state as JSON, the
+	// action's input beside them, a version for compare-and-set updates
+	// by the servers of a cluster, and when a scheduler must next look (0
+	// for never), indexed for the schedulers' scans.
+	`CREATE TABLE schedules (
+		namespace  text NOT NULL,
+		id         text NOT NULL,
+		version    bigint NOT NULL,
+		next_due   bigint NOT NULL,
+		created_at bigint NOT NULL,
+		updated_at bigint NOT NULL,
+		definition jsonb NOT NULL,
+		state      jsonb NOT NULL,
+		input      bytea NOT NULL,
+		PRIMARY KEY (namespace, id)
+	);
+	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

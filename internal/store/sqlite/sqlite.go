@@ -349,6 +349,23 @@ var migrations = []string{
 	ALTER TABLE activities_next RENAME TO activities;
 	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
 	CREATE INDEX activities_by_state ON activities (namespace, state, seq)`,
+	// Schedules: the definition and the scheduler's state as JSON, the
+	// action's input beside them, a version for compare-and-set updates,
+	// and when a scheduler must next look (0 for never), indexed for the
+	// scheduler's scan.
+	`CREATE TABLE schedules (
+		namespace  TEXT NOT NULL,
+		id         TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		next_due   INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		definition TEXT NOT NULL,
+		state      TEXT NOT NULL,
+		input      BLOB NOT NULL,
+		PRIMARY KEY (namespace, id)
+	) STRICT;
+	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
 }
 
 // migrate brings the schema up to date and gives the database its identity
