@@ -256,7 +256,6 @@ func (pl *planner) fire(nominal time.Time, origin string, cancel []string) {
 	}
 	pl.st.Pending = append(pl.st.Pending, f)
 	pl.plan.Fired = append(pl.plan.Fired, f)
-	pl.st.Fired++
 	pl.st.Running = append(pl.st.Running, id)
 	if n := len(pl.st.Running) - MaxRunning; n > 0 {
 		pl.st.Running = slices.Delete(pl.st.Running, 0, n)
@@ -307,10 +306,13 @@ func NextDue(t *Trigger, sc store.Schedule, now time.Time, tm Timing) time.Time 
 		}
 	}
 	for _, f := range sc.State.Pending {
+		// A fire is due when decided (its decider carries it out at once;
+		// another scheduler, once the grace period has passed) or when
+		// its retry is.
 		if !f.RetryAt.IsZero() {
 			consider(f.RetryAt)
 		} else {
-			consider(f.DecidedAt.Add(tm.Grace))
+			consider(f.DecidedAt)
 		}
 	}
 	if sc.Paused {

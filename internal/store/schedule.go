@@ -160,8 +160,8 @@ type ScheduleState struct {
 	// Recent are the latest outcomes, oldest first.
 	Recent []ScheduleRecord `json:"recent,omitempty"`
 	// Fired, Skipped and Missed count ticks over the schedule's life:
-	// actions started, ticks skipped by the overlap policy, ticks dropped
-	// by the catch-up policy.
+	// ticks whose action started, ticks skipped by the overlap policy,
+	// ticks dropped by the catch-up policy.
 	Fired   int64 `json:"fired,omitempty"`
 	Skipped int64 `json:"skipped,omitempty"`
 	Missed  int64 `json:"missed,omitempty"`
