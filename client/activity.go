@@ -52,6 +52,14 @@ type ScheduleOptions struct {
 	StartAt    time.Time
 	// Priority within the pool: 1 is dispatched first, 5 last; 0 means 3.
 	Priority int
+	// FairnessKey (a tenant, say) shares the pool's free slots with other
+	// keys in proportion to FairnessWeight (1 to 1000; 0 means 1), so one
+	// key's backlog cannot starve another's. Empty is the default key.
+	FairnessKey    string
+	FairnessWeight int
+	// ConcurrencyKey is the group the namespace's concurrency limit and
+	// per-key rate limit of this activity type count the activity in.
+	ConcurrencyKey string
 }
 
 func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
@@ -70,6 +78,9 @@ func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
 		StartDelay:             durationToProto(o.StartDelay),
 		StartTime:              timeToProto(o.StartAt),
 		Priority:               int32(o.Priority),
+		FairnessKey:            o.FairnessKey,
+		FairnessWeight:         int32(o.FairnessWeight),
+		ConcurrencyKey:         o.ConcurrencyKey,
 	}
 }
 

@@ -72,6 +72,7 @@ func (a *app) workflowStartCommand() *cobra.Command {
 		wait                          bool
 		waitTimeout                   time.Duration
 		start                         startFlags
+		flow                          flowFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
@@ -114,7 +115,8 @@ only if it completed (2 otherwise).`,
 			return a.withClient(cmd.Context(), func(c *client.Client) error {
 				ctx, cancel := a.unary(cmd.Context())
 				h, err := c.StartWorkflowRaw(ctx, client.StartWorkflowOptions{Namespace: ns, WorkflowID: id, WorkflowType: typ,
-					TaskQueue: tq, IDReuse: policy, StartDelay: delay, StartAt: at}, payload)
+					TaskQueue: tq, IDReuse: policy, StartDelay: delay, StartAt: at, Priority: flow.priority,
+					FairnessKey: flow.fairness, FairnessWeight: flow.weight, ConcurrencyKey: flow.concurrency}, payload)
 				cancel()
 				if err != nil {
 					return err
@@ -143,6 +145,7 @@ only if it completed (2 otherwise).`,
 	fl.BoolVarP(&wait, "wait", "w", false, "wait for the run to close and print it; exit non-zero unless completed")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until it closes)")
 	start.bind(fl)
+	flow.bind(fl, "the run")
 	return cmd
 }
 
@@ -472,6 +475,7 @@ func writeRun(w io.Writer, r *client.Run) {
 	row("task queue", r.TaskQueue)
 	row("status", string(r.Status))
 	row("build", orDash(r.BuildID))
+	writePlacement(row, r.Priority, r.FairnessKey, r.FairnessWeight, r.ConcurrencyKey, r.ScheduleID, r.ScheduleTime)
 	if len(r.Input) > 0 {
 		row("input", payloadText(r.Input))
 	}

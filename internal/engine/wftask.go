@@ -434,6 +434,8 @@ func (e *Engine) stepRequest(r *wfRun, a *aionv1.ScheduleActivityCommand) (Reque
 		Node:         o.GetNode(),
 		Payload:      a.GetInput(),
 		Priority:     int(o.GetPriority()),
+		// A step shares out its pool under its run's keys.
+		Flow: r.rec.Flow,
 		Timeouts: store.Timeouts{
 			ScheduleToStart: o.GetScheduleToStartTimeout().AsDuration(),
 			StartToClose:    o.GetStartToCloseTimeout().AsDuration(),
@@ -540,7 +542,8 @@ func (e *Engine) stepRecord(req Request, now time.Time) store.Activity {
 		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
 		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
 		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry),
-		Priority: store.EffectivePriority(req.Priority), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
+		Priority: store.EffectivePriority(req.Priority), Flow: effectiveFlow(req.Flow),
+		State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
 }
 
@@ -634,7 +637,7 @@ func (e *Engine) startChildLocked(r *wfRun, sc *aionv1.StartChildCommand, now ti
 	}
 	rec := store.Run{Namespace: r.rec.Namespace, WorkflowID: id, RunID: childRun, WorkflowType: sc.GetWorkflowType(), TaskQueue: tq,
 		Status: store.RunRunning, Input: sc.GetInput(), ParentWorkflowID: r.rec.WorkflowID, ParentRunID: r.rec.RunID,
-		ParentStep: s.n, StartedAt: now}
+		ParentStep: s.n, StartedAt: now, Priority: r.rec.Priority, Flow: r.rec.Flow} // a child shares out its pools as its parent
 	rec.Fingerprint = workflowFingerprint(WorkflowRequest{Namespace: rec.Namespace, WorkflowID: id, WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input})
 	started := &aionv1.WorkflowStarted{WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input,
 		ParentWorkflowId: r.rec.WorkflowID, ParentRunId: r.rec.RunID}
@@ -677,7 +680,8 @@ func (e *Engine) closeRunLocked(r *wfRun, now time.Time, c *aionv1.CloseWorkflow
 	if status == store.RunContinuedAsNew {
 		n := store.Run{Namespace: r.rec.Namespace, WorkflowID: r.rec.WorkflowID, RunID: newID(now), WorkflowType: r.rec.WorkflowType,
 			TaskQueue: r.rec.TaskQueue, Status: store.RunRunning, Input: c.GetContinueInput(), Fingerprint: r.rec.Fingerprint,
-			ParentWorkflowID: r.rec.ParentWorkflowID, ParentRunID: r.rec.ParentRunID, ParentStep: r.rec.ParentStep, StartedAt: now}
+			ParentWorkflowID: r.rec.ParentWorkflowID, ParentRunID: r.rec.ParentRunID, ParentStep: r.rec.ParentStep, StartedAt: now,
+			Priority: r.rec.Priority, Flow: r.rec.Flow, Origin: r.rec.Origin}
 		ev.NextRunId = n.RunID
 		next = &n
 	}

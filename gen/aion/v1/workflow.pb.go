@@ -256,7 +256,19 @@ type Run struct {
 	// The run this one continued as; set when status is CONTINUED_AS_NEW.
 	NextRunId string `protobuf:"bytes,17,opt,name=next_run_id,json=nextRunId,proto3" json:"next_run_id,omitempty"`
 	// Steps started and not yet finished; set by Get only.
-	PendingSteps  []*PendingStep `protobuf:"bytes,18,rep,name=pending_steps,json=pendingSteps,proto3" json:"pending_steps,omitempty"`
+	PendingSteps []*PendingStep `protobuf:"bytes,18,rep,name=pending_steps,json=pendingSteps,proto3" json:"pending_steps,omitempty"`
+	// Priority of the run's workflow tasks within their pool: 1 first … 5 last.
+	Priority int32 `protobuf:"varint,19,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Fairness key the run and its steps share their pools under; empty is the default key.
+	FairnessKey string `protobuf:"bytes,20,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Weight of the fairness key's share, 1 to 1000.
+	FairnessWeight int32 `protobuf:"varint,21,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
+	// Key the namespace's concurrency and rate limits count the run under; empty for none.
+	ConcurrencyKey string `protobuf:"bytes,22,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// Schedule whose tick started the run; empty when started otherwise.
+	ScheduleId string `protobuf:"bytes,23,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Nominal time of that tick (before jitter); unset when started otherwise.
+	ScheduleTime  *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +429,48 @@ func (x *Run) GetPendingSteps() []*PendingStep {
 	return nil
 }
 
+func (x *Run) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Run) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *Run) GetFairnessWeight() int32 {
+	if x != nil {
+		return x.FairnessWeight
+	}
+	return 0
+}
+
+func (x *Run) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Run) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Run) GetScheduleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduleTime
+	}
+	return nil
+}
+
 // PendingStep is a step a run waits on.
 type PendingStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -545,9 +599,18 @@ type StartWorkflowRequest struct {
 	// after the start. At most one of start_delay and start_time.
 	StartDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=start_delay,json=startDelay,proto3" json:"start_delay,omitempty"`
 	// Delayed start at an instant; one in the past means now.
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Priority of the run's workflow tasks within their pool: 1 first, 5 last; 0 means 3.
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Fairness key the run's workflow tasks and steps share their pools under; empty is the
+	// default key.
+	FairnessKey string `protobuf:"bytes,10,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Weight of the fairness key's share, 1 to 1000; 0 means 1.
+	FairnessWeight int32 `protobuf:"varint,11,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
+	// Key the namespace's concurrency and rate limits count the run under; empty for none.
+	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StartWorkflowRequest) Reset() {
@@ -634,6 +697,34 @@ func (x *StartWorkflowRequest) GetStartTime() *timestamppb.Timestamp {
 		return x.StartTime
 	}
 	return nil
+}
+
+func (x *StartWorkflowRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *StartWorkflowRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *StartWorkflowRequest) GetFairnessWeight() int32 {
+	if x != nil {
+		return x.FairnessWeight
+	}
+	return 0
+}
+
+func (x *StartWorkflowRequest) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 // StartWorkflowResponse answers Start.
@@ -4092,7 +4183,7 @@ var File_aion_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x05\n" +
+	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\a\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4116,7 +4207,14 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x12parent_workflow_id\x18\x0f \x01(\tR\x10parentWorkflowId\x12\"\n" +
 	"\rparent_run_id\x18\x10 \x01(\tR\vparentRunId\x12\x1e\n" +
 	"\vnext_run_id\x18\x11 \x01(\tR\tnextRunId\x129\n" +
-	"\rpending_steps\x18\x12 \x03(\v2\x14.aion.v1.PendingStepR\fpendingSteps\"\x99\x02\n" +
+	"\rpending_steps\x18\x12 \x03(\v2\x14.aion.v1.PendingStepR\fpendingSteps\x12\x1a\n" +
+	"\bpriority\x18\x13 \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\x14 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0ffairness_weight\x18\x15 \x01(\x05R\x0efairnessWeight\x12'\n" +
+	"\x0fconcurrency_key\x18\x16 \x01(\tR\x0econcurrencyKey\x12\x1f\n" +
+	"\vschedule_id\x18\x17 \x01(\tR\n" +
+	"scheduleId\x12?\n" +
+	"\rschedule_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\"\x99\x02\n" +
 	"\vPendingStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12%\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x11.aion.v1.StepKindR\x04kind\x12\x12\n" +
@@ -4126,7 +4224,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x1b\n" +
 	"\tworker_id\x18\x06 \x01(\x04R\bworkerId\x127\n" +
 	"\tfire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12*\n" +
-	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xd9\x02\n" +
+	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xea\x03\n" +
 	"\x14StartWorkflowRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4139,7 +4237,12 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\vstart_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"startDelay\x129\n" +
 	"\n" +
-	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"S\n" +
+	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\n" +
+	" \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0ffairness_weight\x18\v \x01(\x05R\x0efairnessWeight\x12'\n" +
+	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\"S\n" +
 	"\x15StartWorkflowResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"j\n" +
@@ -4495,86 +4598,87 @@ var file_aion_v1_workflow_proto_depIdxs = []int32{
 	53, // 2: aion.v1.Run.start_time:type_name -> google.protobuf.Timestamp
 	53, // 3: aion.v1.Run.close_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: aion.v1.Run.pending_steps:type_name -> aion.v1.PendingStep
-	2,  // 5: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
-	53, // 6: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
-	54, // 8: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
-	53, // 9: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 11: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
-	0,  // 12: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
-	3,  // 13: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
-	3,  // 14: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 15: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 16: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
-	23, // 17: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
-	53, // 18: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 19: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
-	25, // 20: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
-	27, // 21: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
-	28, // 22: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
-	29, // 23: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
-	30, // 24: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
-	31, // 25: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
-	32, // 26: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
-	33, // 27: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
-	34, // 28: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
-	35, // 29: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
-	36, // 30: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
-	37, // 31: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
-	38, // 32: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
-	53, // 33: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
-	54, // 34: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	54, // 35: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 36: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 37: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
-	55, // 38: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
-	26, // 39: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
-	52, // 40: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
-	53, // 41: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 42: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
-	52, // 43: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
-	0,  // 44: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
-	52, // 45: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
-	23, // 46: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
-	40, // 47: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
-	42, // 48: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
-	43, // 49: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
-	44, // 50: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
-	45, // 51: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
-	46, // 52: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
-	47, // 53: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
-	48, // 54: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
-	26, // 55: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
-	54, // 56: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
-	0,  // 57: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
-	52, // 58: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
-	41, // 59: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
-	52, // 60: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
-	50, // 61: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
-	5,  // 62: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
-	7,  // 63: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
-	9,  // 64: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
-	11, // 65: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
-	13, // 66: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
-	15, // 67: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
-	17, // 68: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
-	19, // 69: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
-	21, // 70: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
-	6,  // 71: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
-	8,  // 72: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
-	10, // 73: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
-	12, // 74: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
-	14, // 75: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
-	16, // 76: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
-	18, // 77: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
-	20, // 78: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
-	22, // 79: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
-	71, // [71:80] is the sub-list for method output_type
-	62, // [62:71] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	53, // 5: aion.v1.Run.schedule_time:type_name -> google.protobuf.Timestamp
+	2,  // 6: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
+	53, // 7: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
+	1,  // 8: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
+	54, // 9: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
+	53, // 10: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
+	3,  // 11: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 12: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
+	0,  // 13: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
+	3,  // 14: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
+	3,  // 15: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 16: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 17: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
+	23, // 18: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
+	53, // 19: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	24, // 20: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
+	25, // 21: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
+	27, // 22: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
+	28, // 23: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
+	29, // 24: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
+	30, // 25: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
+	31, // 26: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
+	32, // 27: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
+	33, // 28: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
+	34, // 29: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
+	35, // 30: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
+	36, // 31: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
+	37, // 32: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
+	38, // 33: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
+	53, // 34: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
+	54, // 35: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	54, // 36: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
+	54, // 37: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	54, // 38: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
+	55, // 39: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
+	26, // 40: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
+	52, // 41: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
+	53, // 42: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 43: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
+	52, // 44: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
+	0,  // 45: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
+	52, // 46: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
+	23, // 47: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
+	40, // 48: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
+	42, // 49: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
+	43, // 50: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
+	44, // 51: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
+	45, // 52: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
+	46, // 53: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
+	47, // 54: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
+	48, // 55: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
+	26, // 56: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
+	54, // 57: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
+	0,  // 58: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
+	52, // 59: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
+	41, // 60: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
+	52, // 61: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
+	50, // 62: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
+	5,  // 63: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
+	7,  // 64: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
+	9,  // 65: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
+	11, // 66: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
+	13, // 67: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
+	15, // 68: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
+	17, // 69: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
+	19, // 70: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
+	21, // 71: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
+	6,  // 72: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
+	8,  // 73: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
+	10, // 74: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
+	12, // 75: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
+	14, // 76: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
+	16, // 77: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
+	18, // 78: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
+	20, // 79: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
+	22, // 80: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
+	72, // [72:81] is the sub-list for method output_type
+	63, // [63:72] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_workflow_proto_init() }
