@@ -52,6 +52,14 @@ type ScheduleOptions struct {
 	StartAt    time.Time
 	// Priority within the pool: 1 is dispatched first, 5 last; 0 means 3.
 	Priority int
+	// FairnessKey (a tenant, say) shares the pool's free slots with other
+	// keys in proportion to FairnessWeight (1 to 1000; 0 means 1), so one
+	// key's backlog cannot starve another's. Empty is the default key.
+	FairnessKey    string
+	FairnessWeight int
+	// ConcurrencyKey is the group the namespace's concurrency limit and
+	// per-key rate limit of this activity type count the activity in.
+	ConcurrencyKey string
 }
 
 func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
@@ -70,6 +78,9 @@ func (o ScheduleOptions) toProto(payload []byte) *aionv1.ScheduleRequest {
 		StartDelay:             durationToProto(o.StartDelay),
 		StartTime:              timeToProto(o.StartAt),
 		Priority:               int32(o.Priority),
+		FairnessKey:            o.FairnessKey,
+		FairnessWeight:         int32(o.FairnessWeight),
+		ConcurrencyKey:         o.ConcurrencyKey,
 	}
 }
 
@@ -400,7 +411,9 @@ type Explanation struct {
 	State State `json:"state"`
 	// Reason is no_worker, node_pin, placement, slots_busy,
 	// namespace_in_flight_cap, delayed_start, retry_backoff,
-	// waiting_for_a_claim (in a cluster), being_recorded, running or closed.
+	// waiting_for_a_claim (in a cluster), being_recorded, running or closed;
+	// for a run's workflow task also waiting_on_steps, task_backoff,
+	// no_worker_of_its_build or held_by_another_server.
 	Reason string `json:"reason"`
 	// Message says it in words, with its figures.
 	Message string `json:"message"`
@@ -424,7 +437,11 @@ func (c *Client) Why(ctx context.Context, namespace, id string) (*Explanation, e
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("why activity %q in %q", id, namespace), err)
 	}
+	return explanationFromProto(resp), nil
+}
+
+func explanationFromProto(resp *aionv1.WhyResponse) *Explanation {
 	return &Explanation{State: stateFromProto(resp.GetState()), Reason: resp.GetReason(), Message: resp.GetMessage(),
 		Until: timeFromProto(resp.GetUntil()), Ahead: int(resp.GetAhead()), Workers: int(resp.GetWorkers()),
-		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId()}, nil
+		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId()}
 }

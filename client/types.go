@@ -270,6 +270,15 @@ type Activity struct {
 	ReadyTime time.Time
 	// Priority within its pool: 1 first … 5 last.
 	Priority int
+	// FairnessKey and FairnessWeight share its pool out between keys;
+	// ConcurrencyKey is the group limits count it in.
+	FairnessKey    string
+	FairnessWeight int
+	ConcurrencyKey string
+	// ScheduleID and ScheduleTime name the schedule tick (its nominal
+	// time) that scheduled the activity; empty and zero otherwise.
+	ScheduleID   string
+	ScheduleTime time.Time
 
 	// Attempts holds every attempt so far, oldest first.
 	Attempts []Attempt
@@ -315,6 +324,11 @@ type activityJSON struct {
 	ClosedTime             *time.Time      `json:"closed_time,omitempty"`
 	ReadyTime              *time.Time      `json:"ready_time,omitempty"`
 	Priority               int             `json:"priority"`
+	FairnessKey            string          `json:"fairness_key,omitempty"`
+	FairnessWeight         int             `json:"fairness_weight,omitempty"`
+	ConcurrencyKey         string          `json:"concurrency_key,omitempty"`
+	ScheduleID             string          `json:"schedule_id,omitempty"`
+	ScheduleTime           *time.Time      `json:"schedule_time,omitempty"`
 	Attempts               []attemptJSON   `json:"attempts,omitempty"`
 	LastHeartbeatDetails   Payload         `json:"last_heartbeat_details,omitempty"`
 }
@@ -363,6 +377,11 @@ func (a *Activity) MarshalJSON() ([]byte, error) {
 		ClosedTime:           timePtr(a.ClosedTime),
 		ReadyTime:            timePtr(a.ReadyTime),
 		Priority:             a.Priority,
+		FairnessKey:          a.FairnessKey,
+		FairnessWeight:       a.FairnessWeight,
+		ConcurrencyKey:       a.ConcurrencyKey,
+		ScheduleID:           a.ScheduleID,
+		ScheduleTime:         timePtr(a.ScheduleTime),
 		LastHeartbeatDetails: a.LastHeartbeatDetails,
 	}
 	for _, at := range a.Attempts {
@@ -415,6 +434,11 @@ func activityFromProto(p *aionv1.Activity) *Activity {
 		ClosedTime:             timeFromProto(p.GetClosedTime()),
 		ReadyTime:              timeFromProto(p.GetReadyTime()),
 		Priority:               int(p.GetPriority()),
+		FairnessKey:            p.GetFairnessKey(),
+		FairnessWeight:         int(p.GetFairnessWeight()),
+		ConcurrencyKey:         p.GetConcurrencyKey(),
+		ScheduleID:             p.GetScheduleId(),
+		ScheduleTime:           timeFromProto(p.GetScheduleTime()),
 		LastHeartbeatDetails:   Payload(p.GetLastHeartbeatDetails()),
 		PayloadSize:            p.GetPayloadSize(),
 	}

@@ -86,6 +86,17 @@ type Run struct {
 	ParentWorkflowID string `json:"parent_workflow_id,omitempty"`
 	ParentRunID      string `json:"parent_run_id,omitempty"`
 	NextRunID        string `json:"next_run_id,omitempty"`
+	// Priority of the run's workflow tasks within their pool: 1 first … 5 last.
+	Priority int `json:"priority"`
+	// FairnessKey and FairnessWeight share the run's pools out between
+	// keys; ConcurrencyKey is the group limits count it in.
+	FairnessKey    string `json:"fairness_key,omitempty"`
+	FairnessWeight int    `json:"fairness_weight,omitempty"`
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// ScheduleID and ScheduleTime name the schedule tick (its nominal
+	// time) that started the run; empty and zero otherwise.
+	ScheduleID   string    `json:"schedule_id,omitempty"`
+	ScheduleTime time.Time `json:"schedule_time,omitzero"`
 	// PendingSteps are the steps the run waits on (Get only).
 	PendingSteps []PendingStep `json:"pending_steps,omitempty"`
 }
@@ -116,6 +127,8 @@ func runFromProto(p *aionv1.Run) *Run {
 		Result: p.GetResult(), Failure: failureFromProto(p.GetFailure()), StartTime: timeFromProto(p.GetStartTime()),
 		CloseTime: timeFromProto(p.GetCloseTime()), HistoryLength: p.GetHistoryLength(), TaskFailure: p.GetTaskFailure(),
 		ParentWorkflowID: p.GetParentWorkflowId(), ParentRunID: p.GetParentRunId(), NextRunID: p.GetNextRunId(),
+		Priority: int(p.GetPriority()), FairnessKey: p.GetFairnessKey(), FairnessWeight: int(p.GetFairnessWeight()),
+		ConcurrencyKey: p.GetConcurrencyKey(), ScheduleID: p.GetScheduleId(), ScheduleTime: timeFromProto(p.GetScheduleTime()),
 	}
 	for _, s := range p.GetPendingSteps() {
 		r.PendingSteps = append(r.PendingSteps, PendingStep{Step: s.GetStep(),
@@ -158,6 +171,15 @@ type StartWorkflowOptions struct {
 	// run is durable at once. A StartAt in the past is now.
 	StartDelay time.Duration
 	StartAt    time.Time
+	// Priority of the run's workflow tasks within their pool: 1 first, 5
+	// last; 0 means 3. Its steps take their own priority (see the
+	// workflow package's ActivityOptions).
+	Priority int
+	// FairnessKey, FairnessWeight and ConcurrencyKey place the run and
+	// its steps as ScheduleOptions place an activity.
+	FairnessKey    string
+	FairnessWeight int
+	ConcurrencyKey string
 }
 
 // WorkflowHandle names a started run.
@@ -185,7 +207,8 @@ func StartWorkflow[In any](ctx context.Context, c *Client, opts StartWorkflowOpt
 func (c *Client) StartWorkflowRaw(ctx context.Context, opts StartWorkflowOptions, input []byte) (*WorkflowHandle, error) {
 	resp, err := c.workflows.Start(ctx, &aionv1.StartWorkflowRequest{Namespace: opts.Namespace, WorkflowId: opts.WorkflowID,
 		WorkflowType: opts.WorkflowType, TaskQueue: opts.TaskQueue, Input: input, IdReuse: aionv1.IDReusePolicy(opts.IDReuse + 1),
-		StartDelay: durationToProto(opts.StartDelay), StartTime: timeToProto(opts.StartAt)})
+		StartDelay: durationToProto(opts.StartDelay), StartTime: timeToProto(opts.StartAt), Priority: int32(opts.Priority),
+		FairnessKey: opts.FairnessKey, FairnessWeight: int32(opts.FairnessWeight), ConcurrencyKey: opts.ConcurrencyKey})
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("start workflow %s in %q", opts.WorkflowType, opts.Namespace), err)
 	}
@@ -206,6 +229,17 @@ func (h *WorkflowHandle) Get(ctx context.Context) (*Run, error) {
 		return nil, rpcError(fmt.Sprintf("get workflow %q in %q", h.WorkflowID, h.Namespace), err)
 	}
 	return runFromProto(resp.GetRun()), nil
+}
+
+// Why explains why the run has no workflow task running now: it waits on
+// its steps, for a worker (of its build), for a free workflow slot (with
+// how many runs wait before it), or for a delay or a failed task's backoff.
+func (h *WorkflowHandle) Why(ctx context.Context) (*Explanation, error) {
+	resp, err := h.c.workflows.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: h.Namespace, WorkflowId: h.WorkflowID, RunId: h.RunID})
+	if err != nil {
+		return nil, rpcError(fmt.Sprintf("why workflow %q in %q", h.WorkflowID, h.Namespace), err)
+	}
+	return explanationFromProto(resp), nil
 }
 
 // Wait blocks until the run closes and returns it, or until ctx ends. A

@@ -46,8 +46,22 @@ type scheduleFlags struct {
 	maxInterval     time.Duration
 	nonRetryable    []string
 
-	start    startFlags
-	priority int
+	start startFlags
+	flow  flowFlags
+}
+
+// flowFlags place work in its pool: priority, fairness and concurrency keys,
+// for activity schedule and workflow start.
+type flowFlags struct {
+	priority, weight      int
+	fairness, concurrency string
+}
+
+func (f *flowFlags) bind(fl *pflag.FlagSet, what string) {
+	fl.IntVar(&f.priority, "priority", 0, "priority within the pool: 1 is dispatched first, 5 last (0: the default 3)")
+	fl.StringVar(&f.fairness, "fairness-key", "", what+"'s fairness key (a tenant, say): a pool's free slots are shared between keys by weight")
+	fl.IntVar(&f.weight, "fairness-weight", 0, "weight of the fairness key's share, 1 to 1000 (0: 1)")
+	fl.StringVar(&f.concurrency, "concurrency-key", "", "key the namespace's concurrency and per-key rate limits count "+what+" under")
 }
 
 // startFlags are the delayed-start flags of activity schedule and workflow
@@ -93,7 +107,10 @@ func (f *scheduleFlags) options(cmd *cobra.Command) client.ScheduleOptions {
 		StartToCloseTimeout:    f.startToClose,
 		ScheduleToCloseTimeout: f.scheduleToClose,
 		HeartbeatTimeout:       f.heartbeat,
-		Priority:               f.priority,
+		Priority:               f.flow.priority,
+		FairnessKey:            f.flow.fairness,
+		FairnessWeight:         f.flow.weight,
+		ConcurrencyKey:         f.flow.concurrency,
 	}
 	fl := cmd.Flags()
 	if fl.Changed("max-attempts") || fl.Changed("initial-interval") || fl.Changed("backoff") ||
@@ -187,7 +204,7 @@ other error).`,
 	fl.DurationVar(&f.maxInterval, "max-interval", 0, "retry policy: longest delay between attempts")
 	fl.StringSliceVar(&f.nonRetryable, "non-retryable", nil, "retry policy: failure types never retried (comma-separated or repeated)")
 	f.start.bind(fl)
-	fl.IntVar(&f.priority, "priority", 0, "priority within the pool: 1 is dispatched first, 5 last (0: the default 3)")
+	f.flow.bind(fl, "the activity")
 	return cmd
 }
 

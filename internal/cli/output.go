@@ -38,6 +38,23 @@ func orDash(s string) string {
 	return s
 }
 
+// writePlacement prints, through row, what places work in its pool and the
+// schedule tick that started it, leaving out what holds defaults.
+func writePlacement(row func(k, v string), priority int, fairness string, weight int, concurrency, schedule string, tick time.Time) {
+	if priority != 0 && priority != 3 {
+		row("priority", fmt.Sprint(priority))
+	}
+	if fairness != "" || weight > 1 {
+		row("fairness key", fmt.Sprintf("%s (weight %d)", orDash(fairness), max(weight, 1)))
+	}
+	if concurrency != "" {
+		row("concurrency key", concurrency)
+	}
+	if schedule != "" {
+		row("schedule", schedule+" tick "+when(tick))
+	}
+}
+
 // writeActivity prints one activity as aligned "key: value" lines.
 func writeActivity(w io.Writer, act *client.Activity) {
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
@@ -51,9 +68,7 @@ func writeActivity(w io.Writer, act *client.Activity) {
 		row("node", act.Node)
 	}
 	row("attempt", fmt.Sprint(act.Attempt))
-	if act.Priority != 0 && act.Priority != 3 {
-		row("priority", fmt.Sprint(act.Priority))
-	}
+	writePlacement(row, act.Priority, act.FairnessKey, act.FairnessWeight, act.ConcurrencyKey, act.ScheduleID, act.ScheduleTime)
 	if len(act.Payload) > 0 {
 		row("input", payloadText(act.Payload))
 	}

@@ -31,7 +31,35 @@ steps are recorded in its history, and a completed step never runs again
 	}
 	cmd.AddCommand(a.workflowStartCommand(), a.workflowGetCommand(), a.workflowListCommand(), a.workflowWaitCommand(),
 		a.workflowSignalCommand(), a.workflowQueryCommand(), a.workflowCancelCommand(), a.workflowTerminateCommand(),
-		a.workflowHistoryCommand())
+		a.workflowHistoryCommand(), a.workflowWhyCommand())
+	return cmd
+}
+
+func (a *app) workflowWhyCommand() *cobra.Command {
+	var ref runRef
+	cmd := &cobra.Command{
+		Use:   "why WORKFLOW_ID",
+		Short: "Explain why a run has no workflow task running",
+		Long: `Explain, from the server's live state, why a run's code is not running now: it
+waits on its steps (activities, timers, signals, children); no connected worker
+serves its workflow type, or none runs its build; every workflow slot is busy
+(and how many runs wait before it); its delayed start or a failed workflow
+task's backoff has not come (until when); another server of the cluster holds
+it. Or that its workflow task runs, and on which worker.`,
+		Example: `  aion workflow why order-42 --namespace demo
+  aion workflow why order-42 --namespace demo --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
+				ex, err := h.Why(ctx)
+				if err != nil {
+					return err
+				}
+				return a.emit(ex, func(w io.Writer) { fmt.Fprintf(w, "%s: %s\n", ex.Reason, ex.Message) })
+			})
+		},
+	}
+	ref.bind(cmd)
 	return cmd
 }
 
@@ -72,6 +100,7 @@ func (a *app) workflowStartCommand() *cobra.Command {
 		wait                          bool
 		waitTimeout                   time.Duration
 		start                         startFlags
+		flow                          flowFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "start",
@@ -114,7 +143,8 @@ only if it completed (2 otherwise).`,
 			return a.withClient(cmd.Context(), func(c *client.Client) error {
 				ctx, cancel := a.unary(cmd.Context())
 				h, err := c.StartWorkflowRaw(ctx, client.StartWorkflowOptions{Namespace: ns, WorkflowID: id, WorkflowType: typ,
-					TaskQueue: tq, IDReuse: policy, StartDelay: delay, StartAt: at}, payload)
+					TaskQueue: tq, IDReuse: policy, StartDelay: delay, StartAt: at, Priority: flow.priority,
+					FairnessKey: flow.fairness, FairnessWeight: flow.weight, ConcurrencyKey: flow.concurrency}, payload)
 				cancel()
 				if err != nil {
 					return err
@@ -143,6 +173,7 @@ only if it completed (2 otherwise).`,
 	fl.BoolVarP(&wait, "wait", "w", false, "wait for the run to close and print it; exit non-zero unless completed")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until it closes)")
 	start.bind(fl)
+	flow.bind(fl, "the run")
 	return cmd
 }
 
@@ -472,6 +503,7 @@ func writeRun(w io.Writer, r *client.Run) {
 	row("task queue", r.TaskQueue)
 	row("status", string(r.Status))
 	row("build", orDash(r.BuildID))
+	writePlacement(row, r.Priority, r.FairnessKey, r.FairnessWeight, r.ConcurrencyKey, r.ScheduleID, r.ScheduleTime)
 	if len(r.Input) > 0 {
 		row("input", payloadText(r.Input))
 	}

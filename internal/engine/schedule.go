@@ -35,6 +35,11 @@ type Request struct {
 	StartAt    time.Time
 	// Priority orders ready work within a pool: 1 first, 5 last; 0 means 3.
 	Priority int
+	// Flow carries the fairness and concurrency keys.
+	Flow store.Flow
+	// Origin names the schedule tick that asks for the activity; only the
+	// scheduler sets it.
+	Origin store.ScheduleOrigin
 }
 
 // Scheduled is the outcome of one Request.
@@ -278,6 +283,8 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		Timeouts:     timeouts,
 		Retry:        e.retry(r.Retry),
 		Priority:     store.EffectivePriority(r.Priority),
+		Flow:         effectiveFlow(r.Flow),
+		Origin:       r.Origin,
 		State:        store.StateScheduled,
 		ScheduledAt:  now,
 		ReadyAt:      ready,
@@ -332,8 +339,8 @@ func validate(r Request, maxPayload int) error {
 	if r.StartDelay > 0 && !r.StartAt.IsZero() {
 		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
 	}
-	if r.Priority != 0 && (r.Priority < store.HighestPriority || r.Priority > store.LowestPriority) {
-		return fmt.Errorf("priority: %d, want 1 (first) to 5 (last), or 0 for the default 3: %w", r.Priority, ErrInvalid)
+	if err := validateFlow(r.Priority, r.Flow, r.Origin); err != nil {
+		return err
 	}
 	if r.Retry.MaximumAttempts < 0 {
 		return fmt.Errorf("retry_policy.maximum_attempts: %d is negative: %w", r.Retry.MaximumAttempts, ErrInvalid)
@@ -343,6 +350,33 @@ func validate(r Request, maxPayload int) error {
 			r.Retry.MaximumInterval, r.Retry.InitialInterval, ErrInvalid)
 	}
 	return nil
+}
+
+// validateFlow checks the priority, flow keys and schedule origin a
+// request for an activity or a run carries.
+func validateFlow(priority int, f store.Flow, o store.ScheduleOrigin) error {
+	if priority != 0 && (priority < store.HighestPriority || priority > store.LowestPriority) {
+		return fmt.Errorf("priority: %d, want 1 (first) to 5 (last), or 0 for the default 3: %w", priority, ErrInvalid)
+	}
+	for _, err := range []error{
+		name.CheckOptional("fairness_key", f.FairnessKey, name.MaxName),
+		name.CheckOptional("concurrency_key", f.ConcurrencyKey, name.MaxName),
+		name.CheckOptional("schedule_id", o.ScheduleID, name.MaxID),
+	} {
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, ErrInvalid)
+		}
+	}
+	if w := f.FairnessWeight; w < 0 || w > store.MaxFairnessWeight {
+		return fmt.Errorf("fairness_weight: %d, want 1 to %d, or 0 for the default 1: %w", w, store.MaxFairnessWeight, ErrInvalid)
+	}
+	return nil
+}
+
+// effectiveFlow is f with its defaults filled in.
+func effectiveFlow(f store.Flow) store.Flow {
+	f.FairnessWeight = store.EffectiveWeight(f.FairnessWeight)
+	return f
 }
 
 func (e *Engine) timeouts(t store.Timeouts) store.Timeouts {
@@ -411,6 +445,12 @@ func fingerprint(r Request) string {
 	}
 	if p := store.EffectivePriority(r.Priority); p != store.DefaultPriority {
 		field(fmt.Appendf(nil, "priority %d", p)) // likewise for the default priority
+	}
+	if f := effectiveFlow(r.Flow); f != (store.Flow{FairnessWeight: 1}) {
+		field(fmt.Appendf(nil, "flow %q %d %q", f.FairnessKey, f.FairnessWeight, f.ConcurrencyKey))
+	}
+	if o := r.Origin; o.ScheduleID != "" {
+		field(fmt.Appendf(nil, "origin %q %d", o.ScheduleID, o.Time.UnixNano()))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }

@@ -16,12 +16,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// wfQueue is a FIFO of runs waiting for a workflow task on one workflow
-// triple; a triple with an empty build holds runs not yet bound to a build,
-// which go to the pool's default build.
+// wfQueue holds the runs waiting for a workflow task on one workflow
+// triple: one FIFO per priority, the most urgent served first. A triple
+// with an empty build holds runs not yet bound to a build, which go to the
+// pool's default build.
 type wfQueue struct {
 	triple registry.Triple
-	items  []*wfRun
+	lanes  [store.LowestPriority][]*wfRun
+	n      int
 }
 
 // needTaskLocked arranges a workflow task for a run that has events its
@@ -63,7 +65,9 @@ func (e *Engine) enqueueRunLocked(r *wfRun) {
 		e.wfQueues[t] = q
 	}
 	r.queued = q
-	q.items = append(q.items, r)
+	l := laneOf(r.rec.Priority)
+	q.lanes[l] = append(q.lanes[l], r)
+	q.n++
 	e.dispatchRunsLocked(q)
 }
 
@@ -73,18 +77,31 @@ func (e *Engine) unqueueRunLocked(r *wfRun) {
 		return
 	}
 	r.queued = nil
-	if i := slices.Index(q.items, r); i >= 0 {
-		q.items = slices.Delete(q.items, i, i+1)
+	l := laneOf(r.rec.Priority)
+	if i := slices.Index(q.lanes[l], r); i >= 0 {
+		q.lanes[l] = slices.Delete(q.lanes[l], i, i+1)
+		q.n--
 	}
-	if len(q.items) == 0 && e.wfQueues[q.triple] == q {
+	if q.n == 0 && e.wfQueues[q.triple] == q {
 		delete(e.wfQueues, q.triple)
 	}
 }
 
+// front is the most urgent lane with runs waiting, nil when none waits.
+func (q *wfQueue) front() *[]*wfRun {
+	for i := range q.lanes {
+		if len(q.lanes[i]) > 0 {
+			return &q.lanes[i]
+		}
+	}
+	return nil
+}
+
 // dispatchRunsLocked hands queued runs to free workers of the queue's
-// triple (for unbound runs: of the pool's default build) until none is free.
+// triple (for unbound runs: of the pool's default build) until none is
+// free, the most urgent first, the oldest first within a priority.
 func (e *Engine) dispatchRunsLocked(q *wfQueue) {
-	for len(q.items) > 0 {
+	for l := q.front(); l != nil; l = q.front() {
 		t := q.triple
 		if t.Build == "" {
 			b, ok := e.reg.DefaultBuild(t.Pool, t.ActivityType)
@@ -97,9 +114,10 @@ func (e *Engine) dispatchRunsLocked(q *wfQueue) {
 		if !ok {
 			return
 		}
-		r := q.items[0]
-		q.items[0] = nil
-		q.items = q.items[1:]
+		r := (*l)[0]
+		(*l)[0] = nil
+		*l = (*l)[1:]
+		q.n--
 		r.queued = nil
 		e.sendTaskLocked(r, w)
 	}
@@ -434,6 +452,8 @@ func (e *Engine) stepRequest(r *wfRun, a *aionv1.ScheduleActivityCommand) (Reque
 		Node:         o.GetNode(),
 		Payload:      a.GetInput(),
 		Priority:     int(o.GetPriority()),
+		// A step shares out its pool under its run's keys.
+		Flow: r.rec.Flow,
 		Timeouts: store.Timeouts{
 			ScheduleToStart: o.GetScheduleToStartTimeout().AsDuration(),
 			StartToClose:    o.GetStartToCloseTimeout().AsDuration(),
@@ -540,7 +560,8 @@ func (e *Engine) stepRecord(req Request, now time.Time) store.Activity {
 		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
 		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
 		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry),
-		Priority: store.EffectivePriority(req.Priority), State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
+		Priority: store.EffectivePriority(req.Priority), Flow: effectiveFlow(req.Flow),
+		State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
 }
 
@@ -634,7 +655,7 @@ func (e *Engine) startChildLocked(r *wfRun, sc *aionv1.StartChildCommand, now ti
 	}
 	rec := store.Run{Namespace: r.rec.Namespace, WorkflowID: id, RunID: childRun, WorkflowType: sc.GetWorkflowType(), TaskQueue: tq,
 		Status: store.RunRunning, Input: sc.GetInput(), ParentWorkflowID: r.rec.WorkflowID, ParentRunID: r.rec.RunID,
-		ParentStep: s.n, StartedAt: now}
+		ParentStep: s.n, StartedAt: now, Priority: r.rec.Priority, Flow: r.rec.Flow} // a child shares out its pools as its parent
 	rec.Fingerprint = workflowFingerprint(WorkflowRequest{Namespace: rec.Namespace, WorkflowID: id, WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input})
 	started := &aionv1.WorkflowStarted{WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input,
 		ParentWorkflowId: r.rec.WorkflowID, ParentRunId: r.rec.RunID}
@@ -677,7 +698,8 @@ func (e *Engine) closeRunLocked(r *wfRun, now time.Time, c *aionv1.CloseWorkflow
 	if status == store.RunContinuedAsNew {
 		n := store.Run{Namespace: r.rec.Namespace, WorkflowID: r.rec.WorkflowID, RunID: newID(now), WorkflowType: r.rec.WorkflowType,
 			TaskQueue: r.rec.TaskQueue, Status: store.RunRunning, Input: c.GetContinueInput(), Fingerprint: r.rec.Fingerprint,
-			ParentWorkflowID: r.rec.ParentWorkflowID, ParentRunID: r.rec.ParentRunID, ParentStep: r.rec.ParentStep, StartedAt: now}
+			ParentWorkflowID: r.rec.ParentWorkflowID, ParentRunID: r.rec.ParentRunID, ParentStep: r.rec.ParentStep, StartedAt: now,
+			Priority: r.rec.Priority, Flow: r.rec.Flow, Origin: r.rec.Origin}
 		ev.NextRunId = n.RunID
 		next = &n
 	}

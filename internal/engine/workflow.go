@@ -42,6 +42,15 @@ type WorkflowRequest struct {
 	// task: the run is durable at once. A StartAt in the past is now.
 	StartDelay time.Duration
 	StartAt    time.Time
+	// Priority orders the run's workflow tasks within its pool: 1 first,
+	// 5 last; 0 means 3.
+	Priority int
+	// Flow carries the run's fairness and concurrency keys; its steps
+	// share their pools under the same keys.
+	Flow store.Flow
+	// Origin names the schedule tick that starts the run; only the
+	// scheduler sets it.
+	Origin store.ScheduleOrigin
 }
 
 // Workflow failure types the engine itself assigns.
@@ -209,12 +218,13 @@ func validateWorkflow(r WorkflowRequest, maxPayload int) error {
 	if r.StartDelay > 0 && !r.StartAt.IsZero() {
 		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
 	}
-	return nil
+	return validateFlow(r.Priority, r.Flow, r.Origin)
 }
 
 func workflowFingerprint(r WorkflowRequest) string {
 	return fingerprint(Request{Namespace: r.Namespace, ID: r.WorkflowID, TaskQueue: r.TaskQueue,
-		ActivityType: "workflow:" + r.WorkflowType, Payload: r.Input, StartDelay: r.StartDelay, StartAt: r.StartAt})
+		ActivityType: "workflow:" + r.WorkflowType, Payload: r.Input, StartDelay: r.StartDelay, StartAt: r.StartAt,
+		Priority: r.Priority, Flow: r.Flow, Origin: r.Origin})
 }
 
 // StartWorkflow makes a new run durable and queues its first workflow task.
@@ -306,7 +316,8 @@ func (e *Engine) startOnce(ctx context.Context, r WorkflowRequest, fp string, no
 	}
 
 	rec := store.Run{Namespace: r.Namespace, WorkflowID: r.WorkflowID, RunID: newID(now), WorkflowType: r.WorkflowType,
-		TaskQueue: r.TaskQueue, Status: store.RunRunning, Input: r.Input, Fingerprint: fp, StartedAt: now}
+		TaskQueue: r.TaskQueue, Status: store.RunRunning, Input: r.Input, Fingerprint: fp, StartedAt: now,
+		Priority: store.EffectivePriority(r.Priority), Flow: effectiveFlow(r.Flow), Origin: r.Origin}
 	started := &aionv1.WorkflowStarted{WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue, Input: r.Input}
 	switch {
 	case r.StartDelay > 0:

@@ -64,6 +64,10 @@ func TestScheduleBadInputMatrix(t *testing.T) {
 		}, codes.InvalidArgument, "start_delay"},
 		{"NegativeStartDelay", func(r *aionv1.ScheduleRequest) { r.StartDelay = durationpb.New(-time.Second) }, codes.InvalidArgument, "start_delay"},
 		{"PriorityOutOfRange", func(r *aionv1.ScheduleRequest) { r.Priority = 9 }, codes.InvalidArgument, "priority: 9"},
+		{"FairnessWeightOutOfRange", func(r *aionv1.ScheduleRequest) { r.FairnessWeight = 1001 }, codes.InvalidArgument, "fairness_weight: 1001"},
+		{"NegativeFairnessWeight", func(r *aionv1.ScheduleRequest) { r.FairnessWeight = -2 }, codes.InvalidArgument, "fairness_weight: -2"},
+		{"FairnessKeyWithControlByte", func(r *aionv1.ScheduleRequest) { r.FairnessKey = "tenant\x00a" }, codes.InvalidArgument, "fairness_key"},
+		{"OversizeConcurrencyKey", func(r *aionv1.ScheduleRequest) { r.ConcurrencyKey = strings.Repeat("k", 300) }, codes.InvalidArgument, "concurrency_key"},
 		{"InvalidStartTime", func(r *aionv1.ScheduleRequest) { r.StartTime = &timestamppb.Timestamp{Seconds: 1, Nanos: -1} }, codes.InvalidArgument, "start_time"},
 		{"LifeEndsBeforeTheStart", func(r *aionv1.ScheduleRequest) {
 			r.StartDelay, r.ScheduleToCloseTimeout = durationpb.New(time.Hour), durationpb.New(time.Minute)

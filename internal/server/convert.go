@@ -117,6 +117,11 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		PayloadSize:            uint64(max(a.PayloadSize, len(a.Payload))),
 		ReadyTime:              ts(a.ReadyAt),
 		Priority:               int32(a.Priority),
+		FairnessKey:            a.Flow.FairnessKey,
+		FairnessWeight:         int32(a.Flow.FairnessWeight),
+		ConcurrencyKey:         a.Flow.ConcurrencyKey,
+		ScheduleId:             a.Origin.ScheduleID,
+		ScheduleTime:           ts(a.Origin.Time),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{
@@ -144,6 +149,8 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		Node:         r.GetNode(),
 		Payload:      r.GetPayload(),
 		Priority:     int(r.GetPriority()),
+		Flow: store.Flow{FairnessKey: r.GetFairnessKey(), FairnessWeight: int(r.GetFairnessWeight()),
+			ConcurrencyKey: r.GetConcurrencyKey()},
 	}
 	var err error
 	fields := []struct {

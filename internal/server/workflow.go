@@ -33,11 +33,21 @@ func (ws *workflowService) Start(ctx context.Context, r *aionv1.StartWorkflowReq
 	rec, existing, err := ws.s.eng.StartWorkflow(ctx, ws.s.caller(ctx), engine.WorkflowRequest{
 		Namespace: r.GetNamespace(), WorkflowID: r.GetWorkflowId(), WorkflowType: r.GetWorkflowType(),
 		TaskQueue: r.GetTaskQueue(), Input: r.GetInput(), IDReuse: reuse, StartDelay: delay, StartAt: at,
+		Priority: int(r.GetPriority()), Flow: store.Flow{FairnessKey: r.GetFairnessKey(),
+			FairnessWeight: int(r.GetFairnessWeight()), ConcurrencyKey: r.GetConcurrencyKey()},
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &aionv1.StartWorkflowResponse{Run: runToProto(rec, nil), Existing: existing}, nil
+}
+
+func (ws *workflowService) Why(ctx context.Context, r *aionv1.WhyWorkflowRequest) (*aionv1.WhyResponse, error) {
+	ex, err := ws.s.eng.WhyWorkflow(ctx, ws.s.caller(ctx), r.GetNamespace(), r.GetWorkflowId(), r.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return whyToProto(ex), nil
 }
 
 func (ws *workflowService) Get(ctx context.Context, r *aionv1.GetWorkflowRequest) (*aionv1.GetWorkflowResponse, error) {
@@ -161,6 +171,8 @@ func runToProto(r store.Run, pending []engine.PendingStep) *aionv1.Run {
 		BuildId: r.BuildID, Status: engine.RunStatusProto(r.Status), Input: r.Input, Result: r.Result, Failure: failureToProto(r.Failure),
 		StartTime: ts(r.StartedAt), CloseTime: ts(r.ClosedAt), HistoryLength: r.HistoryLength, TaskFailure: r.TaskFailure,
 		ParentWorkflowId: r.ParentWorkflowID, ParentRunId: r.ParentRunID, NextRunId: r.NextRunID,
+		Priority: int32(r.Priority), FairnessKey: r.Flow.FairnessKey, FairnessWeight: int32(r.Flow.FairnessWeight),
+		ConcurrencyKey: r.Flow.ConcurrencyKey, ScheduleId: r.Origin.ScheduleID, ScheduleTime: ts(r.Origin.Time),
 	}
 	for _, p := range pending {
 		out.PendingSteps = append(out.PendingSteps, &aionv1.PendingStep{Step: p.Step, Kind: p.Kind, Name: p.Name,

@@ -94,6 +94,10 @@ type Activity struct {
 	// Priority orders ready work within a pool: 1 is dispatched first, 5
 	// last; the store keeps 0 as DefaultPriority.
 	Priority int
+	// Flow holds the fairness and concurrency keys that share out a pool.
+	Flow Flow
+	// Origin names the schedule tick that started the activity, if any.
+	Origin ScheduleOrigin
 
 	State ActivityState
 	// Attempt is the number of the latest attempt, 0 before the first.
@@ -126,6 +130,38 @@ func EffectivePriority(p int) int {
 		return DefaultPriority
 	}
 	return p
+}
+
+// Flow is what flow control knows of a piece of work beyond its priority.
+type Flow struct {
+	// FairnessKey groups work (a tenant, say) that shares a pool's free
+	// slots with other keys in proportion to Weight; "" is the default key.
+	FairnessKey string
+	// FairnessWeight is the key's share weight, 1 to MaxFairnessWeight;
+	// the store keeps 0 as 1.
+	FairnessWeight int
+	// ConcurrencyKey names the group a namespace's concurrency and per-key
+	// rate limits count this work in; "" is in no group.
+	ConcurrencyKey string
+}
+
+// MaxFairnessWeight bounds a fairness key's weight.
+const MaxFairnessWeight = 1000
+
+// EffectiveWeight is w, or 1 for 0.
+func EffectiveWeight(w int) int {
+	if w == 0 {
+		return 1
+	}
+	return w
+}
+
+// ScheduleOrigin names the schedule and the nominal time of the tick that
+// started a piece of work; zero for work started any other way.
+type ScheduleOrigin struct {
+	ScheduleID string
+	// Time is the tick's nominal time, before any jitter.
+	Time time.Time
 }
 
 // Attempt is the durable record of one delivery of an activity to a worker.

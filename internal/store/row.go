@@ -14,13 +14,15 @@ import (
 // ActivityColumns lists the activity columns in the order ActivityRow scans
 // them; the last one is the payload's length.
 const ActivityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
-	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority`
+	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority,
+	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time`
 
 // activityColumns is ActivityColumns with the bulky columns read through
 // the given expressions.
 func activityColumns(payload, result, failure, heartbeat string) string {
 	return `seq, namespace, id, task_queue, activity_type, node, ` + payload + `, fingerprint, timeouts, retry,
-	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority`
+	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority,
+	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time`
 }
 
 // ActivityColumnsWithoutPayloads is ActivityColumns for a listing that
@@ -46,6 +48,7 @@ type ActivityRow struct {
 	timeouts, retry, failure           []byte
 	state                              string
 	scheduled, started, ready, closedA int64
+	scheduleTime                       int64
 }
 
 // Dest returns the scan destinations in ActivityColumns order.
@@ -53,7 +56,8 @@ func (r *ActivityRow) Dest() []any {
 	a := &r.a
 	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
 		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
-		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize, &a.Priority}
+		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize, &a.Priority,
+		&a.Flow.FairnessKey, &a.Flow.FairnessWeight, &a.Flow.ConcurrencyKey, &a.Origin.ScheduleID, &r.scheduleTime}
 }
 
 // Decode returns the activity the row holds.
@@ -72,6 +76,7 @@ func (r *ActivityRow) Decode() (Activity, error) {
 	}
 	a.ScheduledAt, a.StartedAt = FromUnixNanos(r.scheduled), FromUnixNanos(r.started)
 	a.ReadyAt, a.ClosedAt = FromUnixNanos(r.ready), FromUnixNanos(r.closedA)
+	a.Origin.Time = FromUnixNanos(r.scheduleTime)
 	return a, nil
 }
 

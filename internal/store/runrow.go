@@ -13,13 +13,13 @@ import (
 // bulky ones last.
 const RunColumns = `seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
 	parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
-	task_failure, failure, result, input`
+	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, failure, result, input`
 
 // RunColumnsWithoutPayloads is RunColumns with the input and result read
 // as NULL, for listings.
 const RunColumnsWithoutPayloads = `seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
 	parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
-	task_failure, failure, NULL, NULL`
+	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, failure, NULL, NULL`
 
 // RunRow receives one scanned run row; Decode turns it into a Run.
 type RunRow struct {
@@ -27,6 +27,7 @@ type RunRow struct {
 	status          string
 	failure         []byte
 	started, closed int64
+	scheduleTime    int64
 }
 
 // Dest returns the scan destinations in RunColumns order.
@@ -34,7 +35,8 @@ func (row *RunRow) Dest() []any {
 	r := &row.r
 	return []any{&r.Seq, &r.Namespace, &r.RunID, &r.WorkflowID, &r.WorkflowType, &r.TaskQueue, &r.BuildID, &row.status,
 		&r.Fingerprint, &r.ParentWorkflowID, &r.ParentRunID, &r.ParentStep, &r.NextRunID, &r.HistoryLength,
-		&row.started, &row.closed, &r.TaskFailure, &row.failure, &r.Result, &r.Input}
+		&row.started, &row.closed, &r.TaskFailure, &r.Priority, &r.Flow.FairnessKey, &r.Flow.FairnessWeight,
+		&r.Flow.ConcurrencyKey, &r.Origin.ScheduleID, &row.scheduleTime, &row.failure, &r.Result, &r.Input}
 }
 
 // Decode returns the run the row holds.
@@ -46,6 +48,7 @@ func (row *RunRow) Decode() (Run, error) {
 		return Run{}, fmt.Errorf("decode failure of run %q: %w", r.RunID, err)
 	}
 	r.StartedAt, r.ClosedAt = FromUnixNanos(row.started), FromUnixNanos(row.closed)
+	r.Origin.Time = FromUnixNanos(row.scheduleTime)
 	return r, nil
 }
 

@@ -63,8 +63,15 @@ type Run struct {
 	TaskFailure string
 	// HistoryLength is the sequence number of the run's last event.
 	HistoryLength int64
-	StartedAt     time.Time
-	ClosedAt      time.Time
+	// Priority orders the run's workflow tasks within its pool, as an
+	// activity's priority does; the store keeps 0 as DefaultPriority.
+	Priority int
+	// Flow holds the run's fairness and concurrency keys.
+	Flow Flow
+	// Origin names the schedule tick that started the run, if any.
+	Origin    ScheduleOrigin
+	StartedAt time.Time
+	ClosedAt  time.Time
 	// Seq orders runs by start within one store; set by the store.
 	Seq int64
 }

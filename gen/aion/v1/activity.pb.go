@@ -451,7 +451,17 @@ type Activity struct {
 	// end of a retry's backoff.
 	ReadyTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
 	// Priority within the pool: 1 first … 5 last.
-	Priority      int32 `protobuf:"varint,23,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,23,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Fairness key the pool's free slots are shared by; empty is the default key.
+	FairnessKey string `protobuf:"bytes,24,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Weight of the fairness key's share, 1 to 1000.
+	FairnessWeight int32 `protobuf:"varint,25,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
+	// Key the namespace's concurrency and per-key rate limits count the activity under; empty for none.
+	ConcurrencyKey string `protobuf:"bytes,26,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// Schedule whose tick scheduled the activity; empty when scheduled otherwise.
+	ScheduleId string `protobuf:"bytes,27,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Nominal time of that tick (before jitter); unset when scheduled otherwise.
+	ScheduleTime  *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +657,41 @@ func (x *Activity) GetPriority() int32 {
 	return 0
 }
 
+func (x *Activity) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *Activity) GetFairnessWeight() int32 {
+	if x != nil {
+		return x.FairnessWeight
+	}
+	return 0
+}
+
+func (x *Activity) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Activity) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Activity) GetScheduleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduleTime
+	}
+	return nil
+}
+
 // Attempt is one delivery of an activity to one worker.
 type Attempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -780,9 +825,18 @@ type ScheduleRequest struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Priority within the pool: 1 is dispatched first, 5 last; 0 means the default 3. Within a
 	// priority, the oldest ready activity goes first.
-	Priority      int32 `protobuf:"varint,14,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority int32 `protobuf:"varint,14,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Fairness key (a tenant, say): within a pool and priority, free slots are shared between keys
+	// in proportion to their weights, so one key's backlog cannot starve another's. Empty is the
+	// default key.
+	FairnessKey string `protobuf:"bytes,15,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Weight of the fairness key's share, 1 to 1000; 0 means 1.
+	FairnessWeight int32 `protobuf:"varint,16,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
+	// Key the namespace's concurrency limit ("at most N running per key") and per-key rate limit of
+	// this activity type count it under; empty puts it in no key's group.
+	ConcurrencyKey string `protobuf:"bytes,17,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ScheduleRequest) Reset() {
@@ -911,6 +965,27 @@ func (x *ScheduleRequest) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *ScheduleRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *ScheduleRequest) GetFairnessWeight() int32 {
+	if x != nil {
+		return x.FairnessWeight
+	}
+	return 0
+}
+
+func (x *ScheduleRequest) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 // ScheduleResponse answers Schedule.
@@ -1778,7 +1853,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"free_slots\x18\b \x01(\rR\tfreeSlots\x12\x14\n" +
 	"\x05nodes\x18\t \x03(\tR\x05nodes\x12\x1b\n" +
 	"\tworker_id\x18\n" +
-	" \x01(\x04R\bworkerId\"\xd0\b\n" +
+	" \x01(\x04R\bworkerId\"\xa7\n" +
+	"\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1d\n" +
@@ -1806,7 +1882,13 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\fpayload_size\x18\x15 \x01(\x04R\vpayloadSize\x129\n" +
 	"\n" +
 	"ready_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\x12\x1a\n" +
-	"\bpriority\x18\x17 \x01(\x05R\bpriority\"\xab\x02\n" +
+	"\bpriority\x18\x17 \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\x18 \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0ffairness_weight\x18\x19 \x01(\x05R\x0efairnessWeight\x12'\n" +
+	"\x0fconcurrency_key\x18\x1a \x01(\tR\x0econcurrencyKey\x12\x1f\n" +
+	"\vschedule_id\x18\x1b \x01(\tR\n" +
+	"scheduleId\x12?\n" +
+	"\rschedule_time\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\"\xab\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x12\n" +
@@ -1815,7 +1897,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
 	"ended_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tendedTime\x121\n" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x17.aion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xc1\x05\n" +
+	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xb6\x06\n" +
 	"\x0fScheduleRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -1834,7 +1916,10 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"startDelay\x129\n" +
 	"\n" +
 	"start_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1a\n" +
-	"\bpriority\x18\x0e \x01(\x05R\bpriority\"]\n" +
+	"\bpriority\x18\x0e \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\x0f \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0ffairness_weight\x18\x10 \x01(\x05R\x0efairnessWeight\x12'\n" +
+	"\x0fconcurrency_key\x18\x11 \x01(\tR\x0econcurrencyKey\"]\n" +
 	"\x10ScheduleResponse\x12-\n" +
 	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"L\n" +
@@ -1974,50 +2059,51 @@ var file_aion_v1_activity_proto_depIdxs = []int32{
 	22, // 11: aion.v1.Activity.closed_time:type_name -> google.protobuf.Timestamp
 	6,  // 12: aion.v1.Activity.attempts:type_name -> aion.v1.Attempt
 	22, // 13: aion.v1.Activity.ready_time:type_name -> google.protobuf.Timestamp
-	22, // 14: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
-	22, // 15: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
-	1,  // 16: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
-	23, // 17: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
-	24, // 18: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	24, // 19: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
-	24, // 20: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	24, // 21: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
-	25, // 22: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
-	24, // 23: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
-	22, // 24: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	5,  // 25: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
-	7,  // 26: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
-	11, // 27: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
-	5,  // 28: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
-	26, // 29: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
-	5,  // 30: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
-	5,  // 31: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
-	5,  // 32: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
-	0,  // 33: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
-	5,  // 34: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
-	27, // 35: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
-	2,  // 36: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
-	7,  // 37: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
-	9,  // 38: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
-	12, // 39: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
-	14, // 40: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
-	16, // 41: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
-	18, // 42: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
-	20, // 43: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
-	3,  // 44: aion.v1.ActivityService.Why:input_type -> aion.v1.WhyRequest
-	8,  // 45: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
-	10, // 46: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
-	13, // 47: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
-	15, // 48: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
-	17, // 49: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
-	19, // 50: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
-	21, // 51: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
-	4,  // 52: aion.v1.ActivityService.Why:output_type -> aion.v1.WhyResponse
-	45, // [45:53] is the sub-list for method output_type
-	37, // [37:45] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	22, // 14: aion.v1.Activity.schedule_time:type_name -> google.protobuf.Timestamp
+	22, // 15: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
+	22, // 16: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
+	1,  // 17: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
+	23, // 18: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
+	24, // 19: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	24, // 20: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 21: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 22: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
+	25, // 23: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
+	24, // 24: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
+	22, // 25: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	5,  // 26: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
+	7,  // 27: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
+	11, // 28: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
+	5,  // 29: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
+	26, // 30: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
+	5,  // 31: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
+	5,  // 32: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
+	5,  // 33: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
+	0,  // 34: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
+	5,  // 35: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
+	27, // 36: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
+	2,  // 37: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
+	7,  // 38: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
+	9,  // 39: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
+	12, // 40: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
+	14, // 41: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
+	16, // 42: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
+	18, // 43: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
+	20, // 44: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
+	3,  // 45: aion.v1.ActivityService.Why:input_type -> aion.v1.WhyRequest
+	8,  // 46: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
+	10, // 47: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
+	13, // 48: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
+	15, // 49: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
+	17, // 50: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
+	19, // 51: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
+	21, // 52: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
+	4,  // 53: aion.v1.ActivityService.Why:output_type -> aion.v1.WhyResponse
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_activity_proto_init() }

@@ -124,7 +124,7 @@ func TestServiceMethods(t *testing.T) {
 		{aionv1.ActivityService_ServiceDesc, "aion.v1.ActivityService",
 			[]string{"Schedule", "ScheduleBatch", "Get", "Wait", "Cancel", "List", "Intervene", "Why"}, nil},
 		{aionv1.WorkflowService_ServiceDesc, "aion.v1.WorkflowService",
-			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History"}, nil},
+			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History", "Why"}, nil},
 		{aionv1.NamespaceService_ServiceDesc, "aion.v1.NamespaceService",
 			[]string{"Create", "Get", "List", "SetPlacement"}, nil},
 		{aionv1.ClusterService_ServiceDesc, "aion.v1.ClusterService",

@@ -206,6 +206,19 @@ var migrations = []string{
 	`ALTER TABLE activities ADD COLUMN priority smallint NOT NULL DEFAULT 3;
 	DROP INDEX activities_claim;
 	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, priority, seq) WHERE state = 'scheduled'`,
+	// Activities and runs gain the keys flow control shares pools by, and
+	// the schedule tick that started them.
+	`ALTER TABLE activities ADD COLUMN fairness_key text NOT NULL DEFAULT '',
+		ADD COLUMN fairness_weight integer NOT NULL DEFAULT 1,
+		ADD COLUMN concurrency_key text NOT NULL DEFAULT '',
+		ADD COLUMN schedule_id text NOT NULL DEFAULT '',
+		ADD COLUMN schedule_time bigint NOT NULL DEFAULT 0;
+	ALTER TABLE runs ADD COLUMN priority smallint NOT NULL DEFAULT 3,
+		ADD COLUMN fairness_key text NOT NULL DEFAULT '',
+		ADD COLUMN fairness_weight integer NOT NULL DEFAULT 1,
+		ADD COLUMN concurrency_key text NOT NULL DEFAULT '',
+		ADD COLUMN schedule_id text NOT NULL DEFAULT '',
+		ADD COLUMN schedule_time bigint NOT NULL DEFAULT 0`,
 	// Schedules: the definition and the scheduler's state as JSON, the
 	// action's input beside them, a version for compare-and-set updates
 	// by the servers of a cluster, and when a scheduler must next look (0

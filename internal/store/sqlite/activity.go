@@ -40,8 +40,9 @@ func (s *Store) prepare(ctx context.Context) error {
 	}
 	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
-		scheduled_at, started_at, ready_at, closed_at, priority)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		scheduled_at, started_at, ready_at, closed_at, priority,
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -98,7 +99,8 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
 				failureJSON(a.Failure), a.HeartbeatDetails,
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
-				store.EffectivePriority(a.Priority))
+				store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
+				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time))
 		case store.EndAttempt:
 			number := 0
 			if w.Attempt != nil {

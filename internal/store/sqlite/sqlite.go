@@ -349,6 +349,91 @@ var migrations = []string{
 	ALTER TABLE activities_next RENAME TO activities;
 	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
 	CREATE INDEX activities_by_state ON activities (namespace, state, seq)`,
+	// Activities and runs gain the keys flow control shares pools by and
+	// the schedule tick that started them, before their bulky columns:
+	// both tables are rebuilt (runs keep their seq, and so their
+	// AUTOINCREMENT high mark).
+	`CREATE TABLE activities_next (
+		seq             INTEGER PRIMARY KEY,
+		namespace       TEXT NOT NULL,
+		id              TEXT NOT NULL,
+		task_queue      TEXT NOT NULL,
+		activity_type   TEXT NOT NULL,
+		node            TEXT NOT NULL,
+		fingerprint     TEXT NOT NULL,
+		timeouts        TEXT NOT NULL,
+		retry           TEXT NOT NULL,
+		state           TEXT NOT NULL,
+		attempt         INTEGER NOT NULL,
+		scheduled_at    INTEGER NOT NULL,
+		started_at      INTEGER NOT NULL,
+		ready_at        INTEGER NOT NULL,
+		closed_at       INTEGER NOT NULL,
+		priority        INTEGER NOT NULL DEFAULT 3,
+		fairness_key    TEXT NOT NULL DEFAULT '',
+		fairness_weight INTEGER NOT NULL DEFAULT 1,
+		concurrency_key TEXT NOT NULL DEFAULT '',
+		schedule_id     TEXT NOT NULL DEFAULT '',
+		schedule_time   INTEGER NOT NULL DEFAULT 0,
+		failure         TEXT,
+		heartbeat       BLOB,
+		result          BLOB,
+		payload         BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE TABLE runs_next (
+		seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+		namespace          TEXT NOT NULL,
+		run_id             TEXT NOT NULL,
+		workflow_id        TEXT NOT NULL,
+		workflow_type      TEXT NOT NULL,
+		task_queue         TEXT NOT NULL,
+		build_id           TEXT NOT NULL,
+		status             TEXT NOT NULL,
+		fingerprint        TEXT NOT NULL,
+		parent_workflow_id TEXT NOT NULL,
+		parent_run_id      TEXT NOT NULL,
+		parent_step        INTEGER NOT NULL,
+		next_run_id        TEXT NOT NULL,
+		history_length     INTEGER NOT NULL,
+		started_at         INTEGER NOT NULL,
+		closed_at          INTEGER NOT NULL,
+		task_failure       TEXT NOT NULL,
+		priority           INTEGER NOT NULL DEFAULT 3,
+		fairness_key       TEXT NOT NULL DEFAULT '',
+		fairness_weight    INTEGER NOT NULL DEFAULT 1,
+		concurrency_key    TEXT NOT NULL DEFAULT '',
+		schedule_id        TEXT NOT NULL DEFAULT '',
+		schedule_time      INTEGER NOT NULL DEFAULT 0,
+		failure            TEXT,
+		result             BLOB,
+		input              BLOB,
+		UNIQUE (namespace, run_id)
+	) STRICT;
+	INSERT INTO runs_next (seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
+		parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
+		task_failure, failure, result, input)
+		SELECT seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
+		parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
+		task_failure, failure, result, input
+		FROM runs ORDER BY seq;
+	DROP TABLE runs;
+	ALTER TABLE runs_next RENAME TO runs;
+	CREATE UNIQUE INDEX runs_open_workflow ON runs (namespace, workflow_id) WHERE status = 'running';
+	CREATE INDEX runs_open ON runs (seq) WHERE status = 'running';
+	CREATE INDEX runs_by_workflow ON runs (namespace, workflow_id, seq);
+	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
+	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
+	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq)`,
 	// Schedules: the definition and the scheduler's state as JSON, the
 	// action's input beside them, a version for compare-and-set updates,
 	// and when a scheduler must next look (0 for never), indexed for the

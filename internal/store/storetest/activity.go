@@ -113,6 +113,27 @@ func runActivity(t *testing.T, open Opener) {
 		}
 	})
 
+	t.Run("FlowAndOriginRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		keyed, plain := newActivity("ns", "keyed"), newActivity("ns", "plain")
+		keyed.Flow = store.Flow{FairnessKey: "tenant-a", FairnessWeight: 3, ConcurrencyKey: "customer-9"}
+		nominal := time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC)
+		keyed.Origin = store.ScheduleOrigin{ScheduleID: "nightly", Time: nominal}
+		apply(t, s, store.InsertActivity{Activity: keyed}, store.InsertActivity{Activity: plain})
+		got := get(t, s, "ns", "keyed")
+		if got.Flow != keyed.Flow || got.Origin.ScheduleID != "nightly" || !got.Origin.Time.Equal(nominal) {
+			t.Fatalf("keyed activity read back flow %+v origin %+v, want %+v %+v", got.Flow, got.Origin, keyed.Flow, keyed.Origin)
+		}
+		if got := get(t, s, "ns", "plain"); got.Flow != (store.Flow{FairnessWeight: 1}) || got.Origin != (store.ScheduleOrigin{}) {
+			t.Fatalf("activity without keys read back flow %+v origin %+v, want the default key of weight 1 and no schedule", got.Flow, got.Origin)
+		}
+		open, err := s.OpenActivities(ctx, -1)
+		if err != nil || len(open) != 2 || open[0].Flow != keyed.Flow || !open[0].Origin.Time.Equal(nominal) {
+			t.Fatalf("open activities: %+v, %v", open, err)
+		}
+	})
+
 	t.Run("AttemptLifecycle", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)

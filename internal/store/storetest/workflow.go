@@ -135,6 +135,9 @@ func runWorkflow(t *testing.T, open Opener) {
 			NextRunID:        "next",
 			TaskFailure:      "panic at step 3",
 			HistoryLength:    3,
+			Priority:         2,
+			Flow:             store.Flow{FairnessKey: "tenant-a", FairnessWeight: 3, ConcurrencyKey: "customer-9"},
+			Origin:           store.ScheduleOrigin{ScheduleID: "nightly", Time: runEpoch.Add(-time.Hour)},
 			StartedAt:        runEpoch,
 			ClosedAt:         runEpoch.Add(time.Nanosecond),
 		}
@@ -155,7 +158,8 @@ func runWorkflow(t *testing.T, open Opener) {
 		startRun(t, s, bare, 0)
 		got = getRun(t, s, "ns", "run-2")
 		if got.Status != store.RunRunning || got.Failure != nil || got.Input != nil || got.Result != nil ||
-			!got.StartedAt.IsZero() || !got.ClosedAt.IsZero() || got.HistoryLength != 0 || got.TaskFailure != "" {
+			!got.StartedAt.IsZero() || !got.ClosedAt.IsZero() || got.HistoryLength != 0 || got.TaskFailure != "" ||
+			got.Priority != store.DefaultPriority || got.Flow != (store.Flow{FairnessWeight: 1}) || got.Origin != (store.ScheduleOrigin{}) {
 			t.Fatalf("run inserted with only its ids and no events read back as %+v", got)
 		}
 		if got := readHistory(t, s, "ns", "run-2", 0, 0); len(got) != 0 {
