@@ -131,10 +131,8 @@ func (s *Scheduler) checkAction(a *store.ScheduleAction) error {
 		case a.Retry.InitialInterval != 0 || a.Retry.BackoffCoefficient != 0 || a.Retry.MaximumInterval != 0 ||
 			a.Retry.MaximumAttempts != 0 || len(a.Retry.NonRetryableErrorTypes) > 0:
 			return fmt.Errorf("action.retry_policy: given for a workflow; it applies to an activity only: %w", engine.ErrInvalid)
-		case a.Priority != 0:
-			return fmt.Errorf("action.priority: %d given for a workflow; it applies to an activity only: %w", a.Priority, engine.ErrInvalid)
 		}
-		return nil
+		return checkPriorityAndFlow(a)
 	}
 	for _, d := range []struct {
 		field string
@@ -167,8 +165,23 @@ func (s *Scheduler) checkAction(a *store.ScheduleAction) error {
 			return invalid(err)
 		}
 	}
+	return checkPriorityAndFlow(a)
+}
+
+func checkPriorityAndFlow(a *store.ScheduleAction) error {
 	if a.Priority != 0 && (a.Priority < store.HighestPriority || a.Priority > store.LowestPriority) {
 		return fmt.Errorf("action.priority: %d, want 1 (first) to 5 (last), or 0 for the default 3: %w", a.Priority, engine.ErrInvalid)
+	}
+	for _, err := range []error{
+		name.CheckOptional("action.fairness_key", a.Flow.FairnessKey, name.MaxName),
+		name.CheckOptional("action.concurrency_key", a.Flow.ConcurrencyKey, name.MaxName),
+	} {
+		if err != nil {
+			return invalid(err)
+		}
+	}
+	if w := a.Flow.FairnessWeight; w < 0 || w > store.MaxFairnessWeight {
+		return fmt.Errorf("action.fairness_weight: %d, want 1 to %d, or 0 for the default 1: %w", w, store.MaxFairnessWeight, engine.ErrInvalid)
 	}
 	return nil
 }

@@ -531,13 +531,16 @@ func permanent(err error) bool {
 // existing reports an action the id named already.
 func (s *Scheduler) start(ctx context.Context, sc store.Schedule, f store.PendingFire) (runID string, existing bool, err error) {
 	a := sc.Action
+	origin := store.ScheduleOrigin{ScheduleID: sc.ID, Time: f.Nominal}
 	if a.Kind == store.ActionWorkflow {
 		run, existing, err := s.eng.StartWorkflow(ctx, system, engine.WorkflowRequest{Namespace: sc.Namespace, WorkflowID: f.ActionID,
-			WorkflowType: a.Type, TaskQueue: a.TaskQueue, Input: a.Input, IDReuse: engine.ReuseRejectDuplicate})
+			WorkflowType: a.Type, TaskQueue: a.TaskQueue, Input: a.Input, IDReuse: engine.ReuseRejectDuplicate,
+			Priority: a.Priority, Flow: a.Flow, Origin: origin})
 		return run.RunID, existing, err
 	}
 	_, existing, err = s.eng.Schedule(ctx, system, engine.Request{Namespace: sc.Namespace, ID: f.ActionID, TaskQueue: a.TaskQueue,
-		ActivityType: a.Type, Node: a.Node, Payload: a.Input, Timeouts: a.Timeouts, Retry: a.Retry, Priority: a.Priority})
+		ActivityType: a.Type, Node: a.Node, Payload: a.Input, Timeouts: a.Timeouts, Retry: a.Retry, Priority: a.Priority,
+		Flow: a.Flow, Origin: origin})
 	return "", existing, err
 }
 

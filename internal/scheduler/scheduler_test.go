@@ -31,6 +31,9 @@ func TestEachTickStartsOneActivityNamedByItsNominalTime(t *testing.T) {
 	if a.Activity.ActivityType != "report" || string(a.Activity.Payload) != `{"q":1}` {
 		t.Fatalf("started activity %+v, want type report with the schedule's input", a.Activity)
 	}
+	if o := a.Activity.Origin; o.ScheduleID != "rep" || !o.Time.Equal(epoch.Add(time.Minute)) {
+		t.Fatalf("activity origin %+v, want schedule rep at its tick's nominal time %v", o, epoch.Add(time.Minute))
+	}
 	rec := b.get(sc, "rep")
 	if rec.State.Fired != 10 || sc.obs.total() != 10 || len(rec.State.Pending) != 0 {
 		t.Fatalf("fired %d (observer %d), pending %d; want 10, 10, 0", rec.State.Fired, sc.obs.total(), len(rec.State.Pending))
@@ -69,6 +72,9 @@ func TestWorkflowScheduleStartsARunPerTick(t *testing.T) {
 	v, err := b.eng.GetWorkflow(context.Background(), anyone, "ns", last.ActionID, "")
 	if err != nil || v.Run.RunID != last.RunID || v.Run.WorkflowType != "sync" || v.Run.TaskQueue != "q" || string(v.Run.Input) != "in" {
 		t.Fatalf("run %+v (%v), want the recorded run of type sync on q with the input", v.Run, err)
+	}
+	if o := v.Run.Origin; o.ScheduleID != "wf" || !o.Time.Equal(last.Nominal) {
+		t.Fatalf("run origin %+v, want schedule wf at %v", o, last.Nominal)
 	}
 }
 

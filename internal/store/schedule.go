@@ -107,8 +107,12 @@ type ScheduleAction struct {
 	Input    []byte      `json:"-"`
 	Timeouts Timeouts    `json:"timeouts,omitzero"`
 	Retry    RetryPolicy `json:"retry,omitzero"`
-	// Priority is the activity's priority, 1 (first) to 5; 0 is the default.
+	// Priority is the activity's or the run's priority, 1 (first) to 5;
+	// 0 is the default.
 	Priority int `json:"priority,omitempty"`
+	// Flow carries the fairness and concurrency keys of what each tick
+	// starts.
+	Flow Flow `json:"flow,omitzero"`
 }
 
 // SchedulePolicy is how a schedule treats overlapping and missed ticks.
