@@ -25,6 +25,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	// The zone database is compiled in, so a zone named in a schedule means
+	// the same on every server, whatever the host's /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 
