@@ -55,6 +55,7 @@ var methods = map[string]access{
 	"/aion.v1.WorkflowService/Cancel":        client,
 	"/aion.v1.WorkflowService/Terminate":     client,
 	"/aion.v1.WorkflowService/History":       clientReader,
+	"/aion.v1.WorkflowService/Why":           clientReader,
 	"/aion.v1.ScheduleService/Create":        client,
 	"/aion.v1.ScheduleService/Get":           clientReader,
 	"/aion.v1.ScheduleService/List":          clientReader,

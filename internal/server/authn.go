@@ -117,6 +117,9 @@ func httpMethod(r *http.Request) string {
 	case p == "/api/v1/activities" && !get:
 		return "/aion.v1.ActivityService/Schedule"
 	case strings.HasPrefix(p, "/api/v1/activities/") && get:
+		if seg := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/api/v1/activities/"), "/"); len(seg) == 3 && seg[2] == "why" {
+			return "/aion.v1.ActivityService/Why"
+		}
 		return "/aion.v1.ActivityService/Get"
 	case strings.HasPrefix(p, "/api/v1/activities/") && !get:
 		return "/aion.v1.ActivityService/Cancel"
@@ -145,6 +148,8 @@ func workflowRoute(r *http.Request, get bool) string {
 		return "/aion.v1.WorkflowService/Get"
 	case len(seg) == 3 && get && seg[2] == "history":
 		return "/aion.v1.WorkflowService/History"
+	case len(seg) == 3 && get && seg[2] == "why":
+		return "/aion.v1.WorkflowService/Why"
 	case len(seg) == 3 && !get && seg[2] == "signal":
 		return "/aion.v1.WorkflowService/Signal"
 	case len(seg) == 3 && !get && seg[2] == "cancel":
