@@ -51,12 +51,11 @@ type View struct {
 	Upcoming []schedule.Tick
 }
 
-// invalid wraps a refusal from the schedule package as the engine's.
+// invalid wraps a refusal of the schedule, name or limit packages as the
+// engine's ErrInvalid; nil and other errors pass unchanged.
 func invalid(err error) error {
-	if errors.Is(err, schedule.ErrInvalid) || errors.Is(err, name.ErrInvalid) || errors.Is(err, limit.ErrInvalid) {
-		return fmt.Errorf("%w: %w", err, engine.ErrInvalid)
-	}
-	if errors.Is(err, limit.ErrTooLarge) {
+	if errors.Is(err, schedule.ErrInvalid) || errors.Is(err, name.ErrInvalid) || errors.Is(err, limit.ErrInvalid) ||
+		errors.Is(err, limit.ErrTooLarge) {
 		return fmt.Errorf("%w: %w", err, engine.ErrInvalid)
 	}
 	return err

@@ -139,10 +139,9 @@ type Scheduler struct {
 
 	wake chan struct{}
 
-	mu      sync.Mutex
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
 	// onPass, for tests, is called as each pass of the loop begins
 	// (begin true) and ends.
 	onPass func(begin bool)
@@ -196,7 +195,6 @@ func (s *Scheduler) Start(context.Context) error {
 // carried out after a restart or by another server.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	s.stopped = true
 	cancel, done := s.cancel, s.done
 	s.mu.Unlock()
 	if done == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -482,5 +483,51 @@ func TestACallerOutsideTheNamespaceIsRefused(t *testing.T) {
 	}
 	if rec := b.get(sc, "x"); rec.Version != 1 {
 		t.Fatalf("refused calls changed the schedule to version %d", rec.Version)
+	}
+}
+
+func TestAFireThatFailsForAPassingReasonIsTriedAgainWithBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	fails := 2
+	sc := b.scheduler(flaky{Engine: b.eng, mu: &mu, fails: &fails, err: fmt.Errorf("store down: %w", engine.ErrUnavailable)})
+	b.create(sc, activityDef("f", store.OverlapAllowAll))
+	b.advanceTo(epoch.Add(time.Minute))
+	rec := b.get(sc, "f")
+	if len(rec.State.Pending) != 1 || rec.State.Pending[0].Attempts != 1 || !rec.State.Pending[0].RetryAt.Equal(epoch.Add(time.Minute+time.Second)) {
+		t.Fatalf("after a failed try: pending %+v, want one fire to try again in 1s", rec.State.Pending)
+	}
+	b.advanceTo(epoch.Add(time.Minute + time.Second)) // fails again: next try 2s later
+	if rec := b.get(sc, "f"); len(rec.State.Pending) != 1 || !rec.State.Pending[0].RetryAt.Equal(epoch.Add(time.Minute+3*time.Second)) {
+		t.Fatalf("after a second failed try: pending %+v, want a retry 2s later", rec.State.Pending)
+	}
+	b.advanceTo(epoch.Add(time.Minute + 3*time.Second))
+	if got := b.activities("ns", "f@"); fmt.Sprint(got) != fmt.Sprint(ids("f", time.Minute)) {
+		t.Fatalf("activities %v after the third try, want the 1m tick's", got)
+	}
+	if rec := b.get(sc, "f"); len(rec.State.Pending) != 0 || rec.State.Fired != 1 || sc.obs.failed != 0 {
+		t.Fatalf("after the start: pending %d, fired %d, failed %d", len(rec.State.Pending), rec.State.Fired, sc.obs.failed)
+	}
+}
+
+func TestAFireRefusedForGoodIsRecordedAsFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	fails := 1
+	sc := b.scheduler(flaky{Engine: b.eng, mu: &mu, fails: &fails, err: fmt.Errorf("payload: refused: %w", engine.ErrInvalid)})
+	b.create(sc, activityDef("r", store.OverlapAllowAll))
+	b.advanceTo(epoch.Add(time.Minute))
+	rec := b.get(sc, "r")
+	last := rec.State.Recent[len(rec.State.Recent)-1]
+	if len(rec.State.Pending) != 0 || last.Outcome != store.RecordFailed || !strings.Contains(last.Detail, "payload: refused") ||
+		sc.obs.failed != 1 || rec.State.Fired != 0 {
+		t.Fatalf("pending %d, last record %+v, failed %d, fired %d; want the fire recorded as failed with the error", len(rec.State.Pending),
+			last, sc.obs.failed, rec.State.Fired)
+	}
+	b.advanceTo(epoch.Add(2 * time.Minute))
+	if got := b.activities("ns", "r@"); fmt.Sprint(got) != fmt.Sprint(ids("r", 2*time.Minute)) {
+		t.Fatalf("activities %v: the next tick fires as usual", got)
 	}
 }

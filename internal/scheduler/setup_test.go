@@ -333,3 +333,22 @@ func (c crashing) StartWorkflow(ctx context.Context, caller namespace.Identity, 
 }
 
 func isInvalid(err error) bool { return errors.Is(err, engine.ErrInvalid) }
+
+// flaky wraps an engine to fail the first fails activity starts with err.
+type flaky struct {
+	scheduler.Engine
+	mu    *sync.Mutex
+	fails *int
+	err   error
+}
+
+func (f flaky) Schedule(ctx context.Context, caller namespace.Identity, r engine.Request) (store.Activity, bool, error) {
+	f.mu.Lock()
+	if *f.fails > 0 {
+		*f.fails--
+		f.mu.Unlock()
+		return store.Activity{}, false, f.err
+	}
+	f.mu.Unlock()
+	return f.Engine.Schedule(ctx, caller, r)
+}
