@@ -118,6 +118,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 		})
 	})
 	s.routeWorkflowAPI(mux)
+	s.routeScheduleAPI(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 }
 
