@@ -48,8 +48,8 @@ generate:
 
 ## generate-check: fail if the committed generated code differs from a fresh generate.
 generate-check: generate
-	@changed="$$(git status --porcelain -- gen/)"; \
-	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ | head -50; exit 1; fi
+	@changed="$$(git status --porcelain -- gen/ sdk/python/aion/_gen/)"; \
+	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ sdk/python/aion/_gen/ | head -50; exit 1; fi
 
 clean:
 	rm -rf bin
