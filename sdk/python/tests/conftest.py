@@ -159,6 +159,18 @@ class Server:
             self.proc.kill()
         shutil.rmtree(self.data, ignore_errors=True)
 
+    def intervention_ack(self, intervention_id: str) -> Optional["tuple[bool, str]"]:
+        """The worker's acknowledgement of an intervention as the server logged it (accepted,
+        message); None while none arrived."""
+        assert self.proc is not None
+        for line in self.proc.out:
+            if "intervention acknowledged" in line and f"intervention={intervention_id} " in line:
+                m = re.search(r'accepted=(\w+) message=("(?:[^"\\]|\\.)*"|\S*)', line)
+                assert m, line
+                msg = m.group(2)
+                return m.group(1) == "true", msg[1:-1] if msg.startswith('"') else msg
+        return None
+
     def disconnect_reason(self, worker_id: int) -> str:
         """The reason the server logged when the worker left; empty while it has not."""
         assert self.proc is not None
@@ -298,3 +310,53 @@ def procs() -> Iterator[List[Proc]]:
 
 def ran_on(a: aion.Activity) -> int:
     return a.attempts[-1].worker_id if a.attempts else 0
+
+
+class Proxy:
+    """A TCP proxy in front of a server: cut() drops every connection through it, as a network
+    failure would."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self._writers: List[asyncio.StreamWriter] = []
+        self._server: Optional[asyncio.base_events.Server] = None
+
+    async def __aenter__(self) -> "Proxy":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.cut()
+
+    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        host, port = self.target.rsplit(":", 1)
+        try:
+            ur, uw = await asyncio.open_connection(host, int(port))
+        except OSError:
+            w.close()
+            return
+        self._writers += [w, uw]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+    def cut(self) -> None:
+        for w in self._writers:
+            w.transport.abort()
+        self._writers = []
