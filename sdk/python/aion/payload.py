@@ -137,7 +137,10 @@ def convert(value: Any, tp: Any, path: str = "$") -> Any:
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
             raise PayloadError(f"{path}: want an object for {tp.__name__}, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
+        try:
+            hints = typing.get_type_hints(tp)
+        except (NameError, TypeError):  # annotations that do not resolve: take the values as decoded
+            hints = {}
         kwargs = {}
         for f in dataclasses.fields(tp):
             if not f.init:
