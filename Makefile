@@ -42,7 +42,8 @@ attack: build
 	@for k in $(ATTACK_KINDS); do echo "== aion attack $$k --duration $(ATTACK_DURATION)"; \
 		./bin/aion attack $$k --duration $(ATTACK_DURATION) || exit 1; done
 
-## generate: regenerate gen/ from proto/ (needs protoc: apt-get install -y protobuf-compiler).
+## generate: regenerate gen/ and sdk/python/aion/_gen/ from proto/ (needs protoc and the gRPC Python
+## plugin: apt-get install -y protobuf-compiler protobuf-compiler-grpc).
 generate:
 	bash scripts/generate.sh
 
