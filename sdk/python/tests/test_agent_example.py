@@ -27,7 +27,12 @@ async def test_the_agent_honours_inject_message_update_budget_pause_and_approval
     async with aion.Client(server.addr) as c, running(server.addr, register, namespaces=[ns],
                                                       capabilities=agent_example.CAPABILITIES):
         h = await c.schedule(ns, "py-agent", agent_example.AgentInput(
-            task="plan a trip", max_turns=8, approval_at=2, turn_seconds=0.15), heartbeat_timeout=2)
+            task="plan a trip", max_turns=8, approval_at=2, turn_seconds=1.0), heartbeat_timeout=3)
+
+        async def started() -> bool:
+            return (await h.get()).state is aion.ActivityState.RUNNING
+
+        await eventually("the agent to start", started)
 
         async def progress(cond: Any) -> None:
             async def check() -> bool:
@@ -35,18 +40,20 @@ async def test_the_agent_honours_inject_message_update_budget_pause_and_approval
 
             await eventually("the agent's progress", check)
 
-        # A message for the next turn, and one that interrupts the turn in flight.
+        # A message for the next turn, and one that interrupts the turn in flight (the first
+        # model call, a second long).
         assert (await h.intervene(iv.inject_message("prefer trains"))).delivered
+        await asyncio.sleep(0.3)
         assert (await h.intervene(iv.inject_message("under 500 EUR", iv.Priority.INTERRUPT))).delivered
         # Turn 2 asks to send an email and waits for a person.
         await progress(lambda p: p.get("awaiting_approval") == "call-2")
         wrong = await h.intervene(iv.respond_to_approval("call-9", True))
         assert wrong.delivered
-        # Paused: no new turn starts, and heartbeats keep the attempt alive past its 2 s timeout.
+        # Paused: no new turn starts, and heartbeats keep the attempt alive past its 3 s timeout.
         assert (await h.intervene(iv.pause())).delivered
         assert (await h.intervene(iv.respond_to_approval("call-2", True, "ok by me"))).delivered
         await progress(lambda p: p.get("turns") == 2 and "awaiting_approval" not in p)
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(3.5)
         assert (await h.get()).heartbeat_value()["turns"] == 2, "a turn ran while paused"
         # A smaller budget: it stops after four turns instead of eight.
         assert (await h.intervene(iv.update_budget(max_turns=4))).delivered
@@ -59,7 +66,7 @@ async def test_the_agent_honours_inject_message_update_budget_pause_and_approval
 
         await eventually("the wrong call's ack", acked)
     assert (out.turns, out.stopped_by) == (4, "max_turns"), out
-    assert out.paused_seconds >= 2.0 and out.interrupted_turns == 1, out
+    assert out.paused_seconds >= 3.0 and out.interrupted_turns == 1, out
     assert "user: prefer trains" in out.transcript and "user: under 500 EUR" in out.transcript, out.transcript
     assert "tool: call-2 sent (ok by me)" in out.transcript, out.transcript
     assert len(a.attempts) == 1

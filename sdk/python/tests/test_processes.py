@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import signal
+import time
 from typing import List
 
 import aion
@@ -71,10 +72,13 @@ def test_python_worker_killed_mid_activity_is_retried_elsewhere(
     with aion.SyncClient(server.addr) as c:
         h = c.schedule(ns, "sleep", {"ms": 3000}, id="long",
                        retry_policy=aion.RetryPolicy(initial_interval=0.05))
+        deadline = time.monotonic() + 30
         while True:
             a = c.get(ns, h.id)
             if a.state is aion.ActivityState.RUNNING and a.last_heartbeat_details:
                 break
+            assert time.monotonic() < deadline, a
+            time.sleep(0.02)
         assert ran_on(a) == victim_id
         survivor, survivor_id = py_worker(server, "survivor", "--namespace", ns, "--slots", "1")
         procs.append(survivor)
@@ -93,9 +97,15 @@ def test_sigterm_drains_a_python_worker_without_losing_work(
     worker, wid = py_worker(server, "draining", "--namespace", ns, "--slots", "8")
     procs.append(worker)
     with aion.SyncClient(server.addr) as c:
-        ids = [c.schedule(ns, "sleep", {"ms": 400}, id=f"d-{i}").id for i in range(8)]
-        while sum(1 for i in ids if c.get(ns, i).state is aion.ActivityState.RUNNING) < 8:
-            pass
+        ids = [c.schedule(ns, "sleep", {"ms": 1500}, id=f"d-{i}").id for i in range(8)]
+        deadline = time.monotonic() + 30
+        while True:
+            states = [c.get(ns, i).state for i in ids]
+            if aion.ActivityState.SCHEDULED not in states:
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(0.02)
+        assert aion.ActivityState.RUNNING in states, "every activity finished before the SIGTERM"
         worker.signal(signal.SIGTERM)
         # The work scheduled now waits for a worker that comes later: the draining one takes none.
         late = c.schedule(ns, "echo", {"late": True}, id="late").id

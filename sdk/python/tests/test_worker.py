@@ -133,14 +133,14 @@ async def test_heartbeats_are_throttled_and_the_server_keeps_the_last_details(se
             return 50
 
     async with aion.Client(server.addr) as c, running(server.addr, reg, namespaces=[ns]):
-        # A 1 s heartbeat timeout throttles heartbeats to one per 500 ms.
-        h = await c.schedule(ns, "progress", None, heartbeat_timeout=1)
+        # With a 4 s heartbeat timeout heartbeats are throttled to one a second.
+        h = await c.schedule(ns, "progress", None, heartbeat_timeout=4)
         await sent.wait()
         first = await until(c, ns, h.id, "shows a heartbeat", lambda a: a.last_heartbeat_details)
         seen = time.monotonic()
         assert first.heartbeat_value() == 1, "the rest held back by the throttle"
         await until(c, ns, h.id, "shows the last details", lambda a: a.heartbeat_value() == 50)
-        assert time.monotonic() - seen >= 0.3, "want the last details held back about 500 ms"
+        assert time.monotonic() - seen >= 0.5, "want the last details held back about a second"
         release.set()
         assert await h.result(timeout=15) == 50
 
@@ -336,12 +336,17 @@ async def test_interventions_the_handler_leaves_are_declined(server: Server, ns:
             await release.wait()
 
     async with aion.Client(server.addr) as c, running(server.addr, reg, namespaces=[ns],
-                                                      capabilities=["inject_message"]):
+                                                      capabilities=["inject_message"]) as r:
         h = await c.schedule(ns, "agent", None)
         await until(c, ns, h.id, "runs", lambda a: a.last_heartbeat_details)
         first = await h.intervene(iv.inject_message("one"))
         await took.wait()
         second = await h.intervene(iv.inject_message("two"))  # never taken
+
+        async def waiting() -> bool:
+            return any(a._iv_queue for a in r.worker._running.values())
+
+        await eventually("the second intervention to wait for the handler", waiting)
         release.set()
         await h.wait(timeout=15)
 
