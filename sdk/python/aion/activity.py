@@ -43,7 +43,7 @@ import contextvars
 import datetime as dt
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple
 
 from . import payload as _payload
 from .errors import CancelCause
@@ -57,6 +57,9 @@ if TYPE_CHECKING:  # pragma: no cover
 INTERVENTION_BUFFER = 64
 #: The most often one attempt sends a heartbeat (or half its heartbeat timeout, if shorter).
 HEARTBEAT_EVERY = 1.0
+
+#: An attempt's fencing token: namespace, activity id, attempt number.
+Key = Tuple[str, str, int]
 
 _current: contextvars.ContextVar[Optional["_Attempt"]] = contextvars.ContextVar("aion_activity", default=None)
 
@@ -210,7 +213,7 @@ class Interventions:
     def get_blocking(self, timeout: Optional[float] = None) -> Optional[Intervention]:
         """Waits in a thread for the next intervention, at most ``timeout`` seconds; None
         when none came."""
-        a = self._a
+        a: _Attempt = self._a
         with a._iv_cond:
             if not a._iv_queue:
                 a._iv_cond.wait_for(lambda: bool(a._iv_queue) or a._iv_ended, timeout)
@@ -228,17 +231,17 @@ class _Attempt:
     state. Its state changes on the worker's event loop; the handler's side may run in a
     thread, so what it touches is guarded."""
 
-    def __init__(self, worker: "Worker", key: tuple, info: ActivityInfo, last_details: bytes,
-                 heartbeat_timeout: Optional[float], is_async: bool) -> None:
+    def __init__(self, worker: "Worker", key: Key, info: ActivityInfo, last_details: bytes,
+                 heartbeat_timeout: Optional[float], is_async: bool, loop: asyncio.AbstractEventLoop) -> None:
         self.worker = worker
         self.key = key
         self.info = info
         self.last_details = last_details
         self.is_async = is_async
-        self.task: Optional[asyncio.Task] = None
+        self.task: "Optional[asyncio.Task[None]]" = None
         self.cause: Optional[CancelCause] = None
         self._cancelled = threading.Event()
-        self._loop = worker._loop
+        self._loop = loop
 
         interval = worker._hb_every
         if heartbeat_timeout and heartbeat_timeout / 2 < interval:
@@ -253,10 +256,10 @@ class _Attempt:
         self._done = False
 
         self._iv_queue: Deque[Intervention] = collections.deque()
-        self._iv_cond = threading.Condition()
-        self._iv_ended = False
+        self._iv_cond: threading.Condition = threading.Condition()
+        self._iv_ended: bool = False
         self._iv_pending: Dict[str, _Ack] = {}
-        self._iv_ready = asyncio.Event()
+        self._iv_ready: asyncio.Event = asyncio.Event()
         self._paused = False
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -504,7 +507,7 @@ def raise_if_cancelled() -> None:
         raise a.cause
 
 
-def _key_str(key: tuple) -> str:
+def _key_str(key: Key) -> str:
     return f"{key[0]}/{key[1]}#{key[2]}"
 
 

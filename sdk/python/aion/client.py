@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+import typing
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -220,10 +221,10 @@ class Client:
         self.address = address
         self._channel = _conn.channel(address, credentials, channel_options)
         self._md = _conn.metadata(token)
-        self._activities = activity_pb2_grpc.ActivityServiceStub(self._channel)
-        self._workflows = workflow_pb2_grpc.WorkflowServiceStub(self._channel)
-        self._namespaces = namespace_pb2_grpc.NamespaceServiceStub(self._channel)
-        self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+        self._activities = activity_pb2_grpc.ActivityServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._workflows = workflow_pb2_grpc.WorkflowServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._namespaces = namespace_pb2_grpc.NamespaceServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._cluster = cluster_pb2_grpc.ClusterServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         """Closes the connection; calls in flight fail."""
@@ -319,14 +320,14 @@ class Client:
             raise RPCError(f"schedule batch of {len(requests)}", grpc.StatusCode.INTERNAL,
                            f"the server returned {len(resp.results)} results")
         out: List[BatchResult] = []
-        for i, r in enumerate(resp.results):
-            if r.HasField("activity"):
-                out.append(BatchResult(handle=self._handle(r.activity, r.existing)))
+        for i, item in enumerate(resp.results):
+            if item.HasField("activity"):
+                out.append(BatchResult(handle=self._handle(item.activity, item.existing)))
             else:
                 o = requests[i].options
                 out.append(BatchResult(error=RPCError(
                     f"schedule batch item {i} ({o.activity_type} in {o.namespace!r})",
-                    _status_code(r.error.code), r.error.message)))
+                    _status_code(item.error.code), item.error.message)))
         return out
 
     async def get(self, namespace: str, id: str, *, timeout: Optional[float] = None) -> Activity:
@@ -367,7 +368,7 @@ class Client:
             raise ValueError(f"aion client: list activities in {namespace!r}: state {state!r}: {e}") from None
         resp = await self._call(f"list activities in {namespace!r}", self._activities.List,
                                 activity_pb2.ListActivitiesRequest(
-                                    namespace=namespace, state=st, activity_type=activity_type,
+                                    namespace=namespace, state=typing.cast(Any, st), activity_type=activity_type,
                                     page_size=page_size, page_token=page_token,
                                     include_payloads=include_payloads), timeout)
         return ActivityPage(activities=[Activity.from_proto(a) for a in resp.activities],
@@ -416,7 +417,7 @@ class Client:
             raise ValueError(f"aion client: {op}: {e}") from None
         req = workflow_pb2.StartWorkflowRequest(
             namespace=namespace, workflow_id=id, workflow_type=workflow_type, task_queue=task_queue, input=data,
-            id_reuse=int(id_reuse) if id_reuse is not None else 0, start_delay=duration_to_proto(start_delay),
+            id_reuse=typing.cast(Any, int(id_reuse) if id_reuse is not None else 0), start_delay=duration_to_proto(start_delay),
             start_time=time_to_proto(start_at), priority=priority, fairness_key=fairness_key,
             fairness_weight=fairness_weight, concurrency_key=concurrency_key)
         resp = await self._call(op, self._workflows.Start, req, timeout)
@@ -454,7 +455,7 @@ class Client:
         """One page of a namespace's runs, newest first, and the next page's token."""
         resp = await self._call(f"list workflows in {namespace!r}", self._workflows.List,
                                 workflow_pb2.ListWorkflowsRequest(
-                                    namespace=namespace, status=run_status_to_proto(status),
+                                    namespace=namespace, status=typing.cast(Any, run_status_to_proto(status)),
                                     workflow_type=workflow_type, page_size=page_size, page_token=page_token))
         return [Run.from_proto(r) for r in resp.runs], resp.next_page_token
 

@@ -14,8 +14,9 @@ to the handler (see :mod:`aion.activity`).
 from __future__ import annotations
 
 import enum
+import typing
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ._gen.v1 import activity_pb2, intervention_pb2
 
@@ -52,8 +53,8 @@ class Priority(str, enum.Enum):
     def to_proto(self) -> int:
         """The wire enum value."""
         if self is Priority.INTERRUPT:
-            return intervention_pb2.MESSAGE_PRIORITY_INTERRUPT  # type: ignore[no-any-return]
-        return intervention_pb2.MESSAGE_PRIORITY_NORMAL  # type: ignore[no-any-return]
+            return int(intervention_pb2.MESSAGE_PRIORITY_INTERRUPT)
+        return int(intervention_pb2.MESSAGE_PRIORITY_NORMAL)
 
     @classmethod
     def from_proto(cls, v: int) -> "Priority":
@@ -78,7 +79,7 @@ def inject_message(text: str, priority: Union[Priority, str] = Priority.NORMAL) 
     """Adds a message to the running work (for an agent, a user turn); capability
     inject_message."""
     return Command(intervention_pb2.InterventionCommand(inject_message=intervention_pb2.InjectMessageCommand(
-        text=text, priority=Priority(priority).to_proto())))
+        text=text, priority=typing.cast(Any, Priority(priority).to_proto()))))
 
 
 def pause() -> Command:

@@ -147,7 +147,7 @@ def convert(value: Any, tp: Any, path: str = "$") -> Any:
                 continue
             if f.name in value:
                 kwargs[f.name] = convert(value[f.name], hints.get(f.name, Any), f"{path}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise PayloadError(f"{path}: field {f.name!r} of {tp.__name__} is missing")
         return tp(**kwargs)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):

@@ -62,7 +62,7 @@ import grpc.aio
 from . import _conn
 from . import activity as _act
 from . import payload as _payload
-from ._gen.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from ._gen.v1 import common_pb2, worker_pb2, worker_pb2_grpc, workflow_pb2
 from .errors import (ActivityCanceled, ActivityError, AttemptStale, CancelCause, DeadlineExceeded, WorkerGaveUp,
                      WorkerRefused, WorkerStopping, error_type)
 from .interventions import Capability, Priority
@@ -85,11 +85,11 @@ _GAVE_UP = "gave_up"  # a stopping worker ran out of time for acknowledgements
 _TRACEBACK_LIMIT = 64 << 10
 
 
-def _key(namespace: str, activity_id: str, attempt: int) -> Tuple[str, str, int]:
+def _key(namespace: str, activity_id: str, attempt: int) -> _act.Key:
     return (namespace, activity_id, attempt)
 
 
-def _key_str(k: Tuple[str, str, int]) -> str:
+def _key_str(k: _act.Key) -> str:
     return f"{k[0]}/{k[1]}#{k[2]}"
 
 
@@ -103,7 +103,7 @@ class _Backoff:
     def next(self) -> float:
         d = min(self.hi, self.lo * (2 ** min(self.n, 62)))
         self.n += 1
-        return min(max(d / 2 + random.random() * d / 2, self.lo), self.hi)
+        return float(min(max(d / 2 + random.random() * d / 2, self.lo), self.hi))
 
     def reset(self) -> None:
         self.n = 0
@@ -279,10 +279,10 @@ class Worker:
         # Run state, all touched on the worker's event loop.
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[int] = None
-        self._running: Dict[Tuple[str, str, int], _act._Attempt] = {}
-        self._book: Dict[Tuple[str, str, int], worker_pb2.ActivityResult] = {}
+        self._running: Dict[_act.Key, _act._Attempt] = {}
+        self._book: Dict[_act.Key, worker_pb2.ActivityResult] = {}
         self._sess: Optional[_Outbox] = None
-        self._events: Optional[asyncio.Queue] = None
+        self._events: "Optional[asyncio.Queue[Tuple[Any, ...]]]" = None
         self._worker_id = 0
         self._stop_requested = False
         self._stopping = False
@@ -291,7 +291,7 @@ class Worker:
         self._changed: Optional[asyncio.Event] = None
         self._registered: Optional[asyncio.Event] = None
         self._sem: Optional[asyncio.Semaphore] = None
-        self._tasks: "set[asyncio.Task]" = set()
+        self._tasks: "set[asyncio.Task[None]]" = set()
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     # Registration of handlers.
@@ -340,7 +340,7 @@ class Worker:
         return worker_pb2.WorkerMessage(register=worker_pb2.Register(
             namespaces=self.namespaces, task_queue=self.task_queue, node=self.node,
             activity_types=list(self._handlers), slots=self.slots,
-            capabilities=[c.to_proto() for c in self.capabilities], identity=self.identity,
+            capabilities=[typing.cast(Any, c.to_proto()) for c in self.capabilities], identity=self.identity,
             sdk_version=SDK_VERSION))
 
     # Running.
@@ -400,7 +400,7 @@ class Worker:
         if any(not h.is_async for h in self._handlers.values()):
             self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=self.slots,
                                                                    thread_name_prefix="aion-activity")
-        signals: List[int] = []
+        signals: List[signal.Signals] = []
         if handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
@@ -425,7 +425,7 @@ class Worker:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _on_signal(self, sig: int) -> None:
+    def _on_signal(self, sig: signal.Signals) -> None:
         self._log.info("aion worker: got %s", signal.Signals(sig).name)
         self._request_stop()
 
@@ -539,13 +539,13 @@ class Worker:
     async def _session(self, ch: grpc.aio.Channel, target: str) -> Tuple[str, bool, Optional[BaseException]]:
         """Runs one stream from Connect to its end."""
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
+        events: "asyncio.Queue[Tuple[Any, ...]]" = asyncio.Queue()
         self._events = events
-        stub = worker_pb2_grpc.WorkerServiceStub(ch)
+        stub = worker_pb2_grpc.WorkerServiceStub(ch)  # type: ignore[no-untyped-call]
         call = stub.Connect(metadata=_conn.metadata(self._token))
         out = _Outbox()
         timers: List[asyncio.TimerHandle] = []
-        tasks: List[asyncio.Task] = []
+        tasks: "List[asyncio.Task[None]]" = []
 
         def later(delay: float, *event: Any) -> None:
             timers.append(loop.call_later(max(delay, 0), events.put_nowait, event))
@@ -693,7 +693,7 @@ class Worker:
     async def _call_status(self, call: Any, err: BaseException) -> BaseException:
         """The stream's status after a failed write: the server's, when it comes in time."""
         if isinstance(err, grpc.aio.AioRpcError):
-            return err
+            return typing.cast(BaseException, err)
         try:
             code = await asyncio.wait_for(call.code(), self._close_wait)
             details = await call.details()
@@ -741,7 +741,7 @@ class Worker:
                 self._registered.clear()
         out.close()
 
-    def _send_heartbeat(self, key: Tuple[str, str, int], details: Optional[bytes]) -> None:
+    def _send_heartbeat(self, key: _act.Key, details: Optional[bytes]) -> None:
         if self._sess is None:
             return
         self._sess.push(worker_pb2.WorkerMessage(activity_heartbeat=worker_pb2.ActivityHeartbeat(
@@ -804,7 +804,7 @@ class Worker:
             # This SDK registers no workflow types, so a server never sends one; answer it
             # anyway so that the run is not held until the task times out.
             wt = m.workflow_task
-            out.push(worker_pb2.WorkerMessage(workflow_task_result=worker_pb2.WorkflowTaskResult(
+            out.push(worker_pb2.WorkerMessage(workflow_task_result=workflow_pb2.WorkflowTaskResult(
                 namespace=wt.namespace, run_id=wt.run_id, task=wt.task, failure=common_pb2.Failure(
                     type="worker_busy", retryable=True,
                     message="this worker (aion-python) does not run workflow tasks"))))
@@ -895,8 +895,9 @@ class Worker:
             start_to_close_timeout=t.start_to_close_timeout.ToTimedelta() if t.HasField(
                 "start_to_close_timeout") else None,
             heartbeat_timeout=hb, worker_id=self._worker_id, workflow_id=t.workflow_id, run_id=t.run_id, step=t.step)
+        assert self._loop is not None
         a = _act._Attempt(self, k, info, bytes(t.last_heartbeat_details),
-                          hb.total_seconds() if hb else None, h.is_async if h else True)
+                          hb.total_seconds() if hb else None, h.is_async if h else True, self._loop)
         self._running[k] = a
         task = asyncio.ensure_future(self._run_attempt(a, h, bytes(t.payload)))
         a.task = task
@@ -983,7 +984,7 @@ def _ping_interval(ack: worker_pb2.RegisterAck) -> float:
     if ack.HasField("ping_interval") and ack.ping_interval.ToTimedelta().total_seconds() > 0:
         return float(ack.ping_interval.ToTimedelta().total_seconds())
     if ack.HasField("heartbeat_window") and ack.heartbeat_window.ToTimedelta().total_seconds() > 0:
-        return max(ack.heartbeat_window.ToTimedelta().total_seconds() / 3, 0.01)
+        return max(float(ack.heartbeat_window.ToTimedelta().total_seconds()) / 3, 0.01)
     return 5.0
 
 

@@ -98,22 +98,26 @@ def test_sigterm_drains_a_python_worker_without_losing_work(
     procs.append(worker)
     with aion.SyncClient(server.addr) as c:
         ids = [c.schedule(ns, "sleep", {"ms": 1500}, id=f"d-{i}").id for i in range(8)]
+        # Every handler is running (it has heartbeated) when the SIGTERM comes.
         deadline = time.monotonic() + 30
         while True:
-            states = [c.get(ns, i).state for i in ids]
-            if aion.ActivityState.SCHEDULED not in states:
+            acts = [c.get(ns, i) for i in ids]
+            if all(a.last_heartbeat_details for a in acts):
                 break
-            assert time.monotonic() < deadline, states
+            assert time.monotonic() < deadline, acts
             time.sleep(0.02)
-        assert aion.ActivityState.RUNNING in states, "every activity finished before the SIGTERM"
+        assert any(a.state is aion.ActivityState.RUNNING for a in acts), "every activity finished before the SIGTERM"
         worker.signal(signal.SIGTERM)
+        while not any(w.id == wid and w.draining for w in c.list_workers(ns)):
+            assert time.monotonic() < deadline, "the worker never drained"
+            time.sleep(0.02)
         # The work scheduled now waits for a worker that comes later: the draining one takes none.
         late = c.schedule(ns, "echo", {"late": True}, id="late").id
         assert worker.wait(30) == 0, worker.output()
         for i in ids:
             a = c.get(ns, i)
             assert a.state is aion.ActivityState.COMPLETED and len(a.attempts) == 1 and ran_on(a) == wid, a
-        assert c.get(ns, late).state is aion.ActivityState.SCHEDULED
+        assert c.get(ns, late).attempts == []
         other, other_id = py_worker(server, "after", "--namespace", ns)
         procs.append(other)
         a = c.wait(ns, late, timeout=30)
