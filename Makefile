@@ -42,14 +42,15 @@ attack: build
 	@for k in $(ATTACK_KINDS); do echo "== aion attack $$k --duration $(ATTACK_DURATION)"; \
 		./bin/aion attack $$k --duration $(ATTACK_DURATION) || exit 1; done
 
-## generate: regenerate gen/ from proto/ (needs protoc: apt-get install -y protobuf-compiler).
+## generate: regenerate gen/ and sdk/python/aion/_gen/ from proto/ (needs protoc and the gRPC Python
+## plugin: apt-get install -y protobuf-compiler protobuf-compiler-grpc).
 generate:
 	bash scripts/generate.sh
 
 ## generate-check: fail if the committed generated code differs from a fresh generate.
 generate-check: generate
-	@changed="$$(git status --porcelain -- gen/)"; \
-	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ | head -50; exit 1; fi
+	@changed="$$(git status --porcelain -- gen/ sdk/python/aion/_gen/)"; \
+	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ sdk/python/aion/_gen/ | head -50; exit 1; fi
 
 clean:
 	rm -rf bin

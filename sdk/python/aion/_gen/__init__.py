@@ -1,0 +1,1 @@
+"""Code generated from proto/ by scripts/generate.sh. DO NOT EDIT."""
