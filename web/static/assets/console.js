@@ -1744,6 +1744,7 @@ function extrapolate(s, c, now) {
 // one passed or whose spec changed, a few at a time.
 async function loadNextTicks() {
   if (sch.ticksLoading) return;
+  for (const id of sch.ticks.keys()) if (!sch.items.has(id)) sch.ticks.delete(id); // deleted, or on another page
   const now = Date.now();
   const stale = [];
   for (const s of sch.items.values()) {
