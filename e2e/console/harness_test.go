@@ -262,6 +262,8 @@ func (p *page) fatalWithState(format string, args ...any) {
 		detail: document.getElementById("activity-detail")?.textContent,
 		workflows: [...document.querySelectorAll("#workflows-body tr")].map(r => r.textContent).slice(0, 10),
 		run: document.getElementById("run-detail")?.textContent,
+		schedules: [...document.querySelectorAll("#schedules-body tr")].map(r => r.textContent).slice(0, 10),
+		schedule: document.getElementById("schedule-detail")?.textContent,
 		feed: [...document.querySelectorAll("#event-feed li")].map(r => r.textContent).slice(0, 15),
 	}, null, 1)`)
 	p.t.Fatalf(format+"\npage state: %s\npage errors: %v", append(args, state, p.pageErrors())...)

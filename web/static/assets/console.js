@@ -3,10 +3,11 @@
 // Events stream at /api/v1/events: a snapshot first, then numbered deltas.
 // What the stream does not carry (slots in use, last heartbeat) is refreshed
 // from /api/v1/workers every few seconds, activities are read from
-// /api/v1/activities and workflow runs, with their history, from
-// /api/v1/workflows (the stream's run events refresh them sooner). Every
-// change marks keyed rows dirty; one render per
-// animation frame applies them, so a burst of events costs one DOM pass.
+// /api/v1/activities, workflow runs, with their history, from
+// /api/v1/workflows (the stream's run events refresh them sooner) and
+// schedules from /api/v1/schedules. Every change marks keyed rows dirty; one
+// render per animation frame applies them, so a burst of events costs one
+// DOM pass.
 
 import * as fmt from "./format.js";
 import { KeyedTable } from "./table.js";
@@ -81,6 +82,7 @@ $("auth").addEventListener("submit", (e) => {
   connect();
   loadActivities();
   loadWorkflows();
+  loadSchedules();
 });
 
 $("auth-forget").addEventListener("click", () => {
@@ -687,7 +689,7 @@ function setActivitiesEmpty(text) {
   empty.hidden = false;
 }
 
-// writeHash records both panels' filters and open details in the URL
+// writeHash records the panels' filters and open details in the URL
 // fragment, so a link opens the same view.
 function writeHash() {
   const q = new URLSearchParams();
@@ -702,6 +704,8 @@ function writeHash() {
     q.set("workflow", wfs.detail.id);
     if (wfs.detail.run) q.set("run", wfs.detail.run);
   }
+  if (sch.ns) q.set("sns", sch.ns);
+  if (sch.detail) q.set("schedule", sch.detail.id);
   const s = q.toString();
   history.replaceState(null, "", s ? `#${s}` : location.pathname);
 }
@@ -724,6 +728,11 @@ function readHash() {
   $("wf-type").value = wfs.type;
   syncWorkflowNamespaces();
   if (wfs.ns && q.get("workflow")) openRun(wfs.ns, q.get("workflow"), q.get("run") || "");
+  const sns = q.get("sns") || "";
+  if (sns !== sch.ns) sch.ticks = new Map();
+  sch.ns = sns;
+  syncScheduleNamespaces();
+  if (sch.ns && q.get("schedule")) openSchedule(sch.ns, q.get("schedule"));
 }
 
 // loadActivities reads the current page; background is the periodic
@@ -1507,6 +1516,688 @@ function renderRun(r, historyError, why) {
   $("run-detail").replaceChildren(...parts);
 }
 
+// ---------------------------------------------------------------- schedules
+
+const SCH_PAGE_SIZE = 50; // schedules per page
+const SCH_UPCOMING = 10; // next fire times an open schedule shows
+const SCH_NEXT_PARALLEL = 4; // next-tick reads in flight at once
+
+const sch = {
+  ns: "",
+  tokens: [""], // page token of each page visited
+  page: 0,
+  next: "",
+  items: new Map(), // schedule id -> Schedule, as listed
+  // The list carries no upcoming ticks: each row's next tick is read from
+  // the schedule (GET …?upcoming=1) and kept until it passes or the spec
+  // changes, so a refresh reads only the schedules that ticked since.
+  ticks: new Map(), // schedule id -> {sig, tick (ScheduleTick or null for none), error}
+  ticksLoading: false,
+  req: 0,
+  detail: null, // {ns, id}
+  shown: null, // the open schedule as last read
+  loading: false, // a loadSchedule is under way
+  again: false, // and another was asked for meanwhile
+  busy: false, // a button's call is under way
+  el: null, // the open detail's parts
+  parts: new Map(), // detail section -> key it last rendered
+};
+
+const schedState = (s) => (s.paused ? "paused" : "active");
+const isWorkflowAction = (a) => !!(a && a.workflow_type);
+const outcomeName = (r) => fmt.enumName(r.outcome, "SCHEDULE_ACTION_OUTCOME_") || "unknown";
+const CRON_TZ = /^(?:CRON_)?TZ=(\S+)/;
+
+// scheduleZone is the zone a cron spec is read in: its time_zone, else a
+// CRON_TZ= prefix of the expression, else UTC; interval specs know none.
+function scheduleZone(spec) {
+  if (spec.time_zone) return spec.time_zone;
+  const m = CRON_TZ.exec(spec.cron || "");
+  return m ? m[1] : "UTC";
+}
+
+// triggerText says when a schedule ticks, in a line: "0 3 * * * (Europe/Berlin)",
+// "every 1h (offset 15m)".
+function triggerText(spec) {
+  spec = spec || {};
+  if (spec.cron) return CRON_TZ.test(spec.cron) ? spec.cron : `${spec.cron} (${spec.time_zone || "UTC"})`;
+  const every = fmt.seconds(spec.every);
+  if (!every) return "—";
+  const off = fmt.seconds(spec.offset);
+  return `every ${fmt.goDuration(every)}${off ? ` (offset ${fmt.goDuration(off)})` : ""}`;
+}
+
+function actionKind(a) {
+  return isWorkflowAction(a) ? "workflow" : "activity";
+}
+
+function actionText(a) {
+  a = a || {};
+  return `${actionKind(a)} ${a.workflow_type || a.activity_type || "—"} · queue ${a.task_queue || "default"}`;
+}
+
+function lastRecord(s) {
+  const r = s.recent_actions || [];
+  return r.length ? r[r.length - 1] : null;
+}
+
+// tickSig is what a schedule's next tick depends on besides the time: its
+// spec and whether it is paused (ticks come after now and after the last
+// tick handled, which is never ahead of now).
+const tickSig = (s) => `${JSON.stringify(s.spec || {})}|${s.paused ? 1 : 0}`;
+
+// nextTick is a listed schedule's next tick: null when none (paused, past
+// its end), undefined while not read yet.
+function nextTick(s) {
+  if (s.paused) return null;
+  const c = sch.ticks.get(s.schedule_id);
+  return c && c.sig === tickSig(s) ? c.tick : undefined;
+}
+
+function countdown(ts, now) {
+  const sec = (fmt.millis(ts) - now) / 1000;
+  return sec > 0 ? `in ${fmt.human(sec)}` : "due";
+}
+
+const schedulesTable = new KeyedTable($("schedules-body"), {
+  attr: "schedule-id",
+  compare: () => 0,
+  rowState: schedState,
+  columns: [
+    { name: "id", className: "mono", value: (s) => s.schedule_id },
+    { name: "trigger", value: (s) => triggerText(s.spec) },
+    { name: "action", value: (s) => actionText(s.action) },
+    {
+      name: "next",
+      value: (s, now) => {
+        if (s.paused) return "paused";
+        const c = sch.ticks.get(s.schedule_id);
+        if (c && c.error) return `?\u0000${c.error}`;
+        const t = nextTick(s);
+        if (t === undefined) return "…";
+        if (t === null) return "none";
+        return `${fmt.clock(t.fire_time)}\u0000${countdown(t.fire_time, now)}`;
+      },
+      paint: (td, s, v) => {
+        const [text, more] = v.split("\u0000");
+        const t = nextTick(s);
+        if (text === "?") {
+          td.replaceChildren("?");
+          td.title = `could not read the next tick: ${more}`;
+          return;
+        }
+        td.replaceChildren(text, more ? h("small", {}, more) : "");
+        td.title = t ? `nominal ${t.nominal_time || ""}, fires ${t.fire_time || ""}` : text === "none" ? "no tick ahead" : "";
+      },
+    },
+    {
+      name: "last",
+      value: (s, now) => {
+        const r = lastRecord(s);
+        return r ? `${fmt.ago(r.nominal_time, now)}\u0000${outcomeName(r)}` : "—";
+      },
+      paint: (td, s, v) => {
+        const r = lastRecord(s);
+        const [text, outcome] = v.split("\u0000");
+        td.replaceChildren(text, outcome ? h("small", {}, outcome) : "");
+        td.title = r ? [fmt.clock(r.nominal_time), r.origin, r.action_id].filter(Boolean).join(" · ") : "nothing fired yet";
+      },
+    },
+    {
+      name: "state",
+      value: (s) => `${schedState(s)}\u0000${s.note || ""}`,
+      paint: (td, s) => {
+        const st = schedState(s);
+        td.replaceChildren(h("span", { className: `badge ${st}` }, st), s.note ? h("span", { className: "note", title: s.note }, s.note) : "");
+      },
+    },
+    { name: "fired", className: "num", value: (s) => fmt.count(s.fired) },
+    { name: "skipped", className: "num", value: (s) => fmt.count(s.skipped) },
+    { name: "missed", className: "num", value: (s) => fmt.count(s.missed) },
+  ],
+});
+
+// syncScheduleNamespaces does for the schedule menu what
+// syncNamespaceOptions does for the activity one.
+function syncScheduleNamespaces() {
+  const names = syncNamespaceSelect($("sch-ns"), sch.ns);
+  if (!sch.ns && names.length) {
+    sch.ns = names[0];
+    schedulesTable.quiet = true;
+    loadSchedules();
+  } else if (!names.length && state.snapshots) {
+    setSchedulesEmpty("No namespace yet: one appears when a worker registers or a schedule is created.");
+  }
+  $("sch-ns").value = sch.ns;
+}
+
+function setSchedulesEmpty(text) {
+  const empty = $("schedules-empty");
+  empty.textContent = text;
+  empty.hidden = false;
+}
+
+// loadSchedules reads the current page of schedules, ordered by id;
+// background is a refresh, which keeps the status line quiet.
+async function loadSchedules(background = false) {
+  const empty = $("schedules-empty");
+  if (!sch.ns) {
+    schedulesTable.flushOrdered([], () => undefined);
+    setSchedulesEmpty(state.namespaces.size ? "Pick a namespace to list its schedules." : "No namespace yet.");
+    return;
+  }
+  const q = new URLSearchParams({ namespace: sch.ns, page_size: String(SCH_PAGE_SIZE) });
+  const pageToken = sch.tokens[sch.page];
+  if (pageToken) q.set("page_token", pageToken);
+  const req = ++sch.req;
+  if (!background) $("sch-msg").textContent = "loading…";
+  let res;
+  try {
+    res = await api(`/api/v1/schedules?${q}`);
+  } catch (err) {
+    if (req !== sch.req) return;
+    $("sch-msg").textContent = err.message;
+    if (!schedulesTable.size) setSchedulesEmpty(`Could not list the schedules of ${sch.ns}: ${err.message}`);
+    return;
+  }
+  if (req !== sch.req) return; // a newer request (namespace or page change) superseded this one
+  const list = res.schedules || [];
+  sch.items = new Map(list.map((s) => [s.schedule_id, s]));
+  sch.next = res.next_page_token || "";
+  paintSchedules();
+  empty.textContent = sch.page ? "No more schedules." : `No schedules in ${sch.ns}.`;
+  empty.hidden = list.length > 0;
+  $("sch-prev").disabled = sch.page === 0;
+  $("sch-next").disabled = !sch.next;
+  $("sch-page").textContent = `page ${sch.page + 1}`;
+  $("sch-msg").textContent = `updated ${fmt.clock(new Date().toISOString())}`;
+  loadNextTicks();
+}
+
+function paintSchedules() {
+  schedulesTable.flushOrdered([...sch.items.keys()], (id) => sch.items.get(id));
+  for (const row of schedulesTable.rows.values()) row.tr.tabIndex = 0; // Enter opens it
+  markScheduleSelected();
+}
+
+// extrapolate moves a cached next tick of an interval spec without jitter
+// past now: such ticks are at the epoch + offset + k × every, and fire on
+// the dot, so no request is needed. False when that cannot be known here.
+function extrapolate(s, c, now) {
+  const spec = s.spec || {};
+  const every = fmt.seconds(spec.every) * 1000;
+  if (!c.tick || spec.cron || !every || fmt.seconds(spec.jitter)) return false;
+  const last = fmt.millis(c.tick.nominal_time);
+  if (!last) return false;
+  const next = last + (Math.floor((now - last) / every) + 1) * every;
+  const end = fmt.millis(spec.end_time);
+  if (end && next >= end) {
+    c.tick = null;
+  } else {
+    const iso = new Date(next).toISOString();
+    c.tick = { nominal_time: iso, fire_time: iso };
+  }
+  return true;
+}
+
+// loadNextTicks reads the next tick of each listed schedule whose cached
+// one passed or whose spec changed, a few at a time.
+async function loadNextTicks() {
+  if (sch.ticksLoading) return;
+  for (const id of sch.ticks.keys()) if (!sch.items.has(id)) sch.ticks.delete(id); // deleted, or on another page
+  const now = Date.now();
+  const stale = [];
+  for (const s of sch.items.values()) {
+    if (s.paused) continue;
+    const c = sch.ticks.get(s.schedule_id);
+    if (c && c.sig === tickSig(s) && !c.error) {
+      if (!c.tick || fmt.millis(c.tick.fire_time) > now) continue;
+      if (extrapolate(s, c, now)) continue;
+    }
+    stale.push(s);
+  }
+  if (!stale.length) {
+    paintSchedules();
+    return;
+  }
+  sch.ticksLoading = true;
+  const ns = sch.ns;
+  try {
+    const work = stale.slice();
+    const worker = async () => {
+      for (let s = work.shift(); s; s = work.shift()) {
+        if (sch.ns !== ns) return;
+        const sig = tickSig(s);
+        try {
+          const res = await api(`/api/v1/schedules/${encodeURIComponent(ns)}/${encodeURIComponent(s.schedule_id)}?upcoming=1`);
+          const got = res.schedule || {};
+          if (sch.ns === ns) sch.ticks.set(s.schedule_id, { sig: tickSig(got), tick: (got.upcoming || [])[0] || null });
+        } catch (err) {
+          if (sch.ns === ns) sch.ticks.set(s.schedule_id, { sig, tick: undefined, error: err.message });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(SCH_NEXT_PARALLEL, stale.length) }, worker));
+  } finally {
+    sch.ticksLoading = false;
+  }
+  if (sch.ns === ns) paintSchedules();
+}
+
+function applyScheduleFilter() {
+  const ns = $("sch-ns").value;
+  if (ns !== sch.ns) sch.ticks = new Map();
+  sch.ns = ns;
+  sch.tokens = [""];
+  sch.page = 0;
+  schedulesTable.quiet = true; // a new list, not new schedules
+  writeHash();
+  loadSchedules();
+}
+
+$("schedule-filter").addEventListener("submit", (e) => {
+  e.preventDefault();
+  applyScheduleFilter();
+});
+$("sch-ns").addEventListener("change", applyScheduleFilter);
+$("sch-live").addEventListener("change", () => $("sch-live").checked && sch.ns && loadSchedules(true));
+$("sch-next").addEventListener("click", () => {
+  if (!sch.next) return;
+  sch.tokens[sch.page + 1] = sch.next;
+  sch.page++;
+  schedulesTable.quiet = true;
+  loadSchedules();
+});
+$("sch-prev").addEventListener("click", () => {
+  if (sch.page === 0) return;
+  sch.page--;
+  schedulesTable.quiet = true;
+  loadSchedules();
+});
+$("schedules-body").addEventListener("click", (e) => {
+  const tr = e.target.closest("tr[data-schedule-id]");
+  if (tr) openSchedule(sch.ns, tr.dataset.scheduleId);
+});
+$("schedules-body").addEventListener("keydown", (e) => {
+  const tr = e.target.closest("tr[data-schedule-id]");
+  if (tr && e.key === "Enter") openSchedule(sch.ns, tr.dataset.scheduleId);
+});
+
+function markScheduleSelected() {
+  for (const [id, row] of schedulesTable.rows) {
+    const sel = sch.detail && sch.detail.ns === sch.ns && sch.detail.id === id;
+    row.tr.classList.toggle("selected", !!sel);
+  }
+}
+
+function schedulePath(d) {
+  return `/api/v1/schedules/${encodeURIComponent(d.ns)}/${encodeURIComponent(d.id)}`;
+}
+
+async function openSchedule(ns, id) {
+  sch.detail = { ns, id };
+  sch.shown = null;
+  sch.parts = new Map();
+  buildScheduleBox(id);
+  markScheduleSelected();
+  writeHash();
+  await loadSchedule();
+}
+
+function closeSchedule() {
+  sch.detail = null;
+  sch.shown = null;
+  sch.el = null;
+  sch.parts = new Map();
+  $("schedule-detail").hidden = true;
+  $("schedule-detail").replaceChildren();
+  markScheduleSelected();
+  writeHash();
+}
+
+// buildScheduleBox lays out the open schedule's box once: its title, its
+// buttons (which a refresh never rebuilds, so a note being typed stays),
+// and the sections each refresh rewrites only when what they show changed.
+function buildScheduleBox(id) {
+  const badge = h("span", { className: "badge" }, "…");
+  const btn = (testid, text, title, onclick) => h("button", { type: "button", dataset: { testid }, title, onclick }, text);
+  const note = h("input", {
+    type: "text",
+    maxLength: 1024,
+    placeholder: "why (optional; shown with the schedule)",
+    "aria-label": "pause note",
+    dataset: { testid: "schedule-pause-note" },
+  });
+  const pauseForm = h(
+    "form",
+    { hidden: true, dataset: { testid: "schedule-pause-form" } },
+    note,
+    h("button", { type: "submit", dataset: { testid: "schedule-pause-confirm" } }, "Pause"),
+    h("button", { type: "button", className: "ghost", onclick: () => closePauseForm() }, "cancel"),
+  );
+  const closePauseForm = () => {
+    pauseForm.hidden = true;
+    pause.hidden = !!(sch.shown && sch.shown.paused);
+  };
+  note.addEventListener("keydown", (e) => e.key === "Escape" && closePauseForm());
+  pauseForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = note.value.trim();
+    scheduleCall("pause", { note: text }, "pause", () => {
+      note.value = "";
+      closePauseForm();
+    });
+  });
+  const pause = btn("schedule-pause", "Pause…", "stop its ticks from firing, with a note saying why", () => {
+    pause.hidden = true;
+    pauseForm.hidden = false;
+    note.focus();
+  });
+  const resume = btn("schedule-resume", "Resume", "fire again from now on; ticks that fell while paused do not fire", () =>
+    scheduleCall("resume", {}, "resume"),
+  );
+  const trigger = btn("schedule-trigger", "Trigger now", "fire once now, paused or not, under its overlap policy", () =>
+    scheduleCall("trigger", {}, "trigger"),
+  );
+  const msg = h("p", { className: "sched-msg", dataset: { testid: "schedule-msg" }, role: "status" });
+  const loadError = h("p", { className: "error", dataset: { testid: "schedule-load-error" }, hidden: true });
+  const sections = {
+    summary: h("div", { dataset: { section: "summary" } }),
+    upcoming: h("div", { dataset: { section: "upcoming" } }),
+    recent: h("div", { dataset: { section: "recent" } }),
+  };
+  sch.el = { badge, pause, pauseForm, resume, trigger, msg, loadError, sections };
+  const box = $("schedule-detail");
+  box.replaceChildren(
+    h(
+      "header",
+      {},
+      h("h3", {}, "Schedule ", h("span", { className: "mono" }, id), " ", badge),
+      h("button", { type: "button", className: "ghost", dataset: { testid: "schedule-close" }, onclick: closeSchedule }, "close ✕"),
+    ),
+    h("div", { className: "sched-actions" }, pause, pauseForm, resume, trigger),
+    msg,
+    loadError,
+    sections.summary,
+    sections.upcoming,
+    sections.recent,
+  );
+  box.hidden = false;
+}
+
+// scheduleCall presses one of the open schedule's buttons: it calls the
+// route, says what came of it, and reads the schedule and the list again.
+async function scheduleCall(verb, body, what, done) {
+  const d = sch.detail;
+  const el = sch.el;
+  if (!d || !el || sch.busy) return;
+  sch.busy = true;
+  for (const b of [el.pause, el.resume, el.trigger]) b.disabled = true;
+  el.msg.className = "sched-msg muted";
+  el.msg.setAttribute("role", "status");
+  el.msg.textContent = `${what}…`;
+  try {
+    await api(`${schedulePath(d)}/${verb}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (sch.el === el) {
+      el.msg.className = "sched-msg muted";
+      el.msg.setAttribute("role", "status");
+      el.msg.textContent = `${what}: done at ${fmt.clock(new Date().toISOString())}`;
+      if (done) done();
+    }
+  } catch (err) {
+    note("error", `${what} schedule ${d.id}: ${err.message}`);
+    if (sch.el === el) {
+      el.msg.className = "sched-msg error";
+      el.msg.setAttribute("role", "alert");
+      el.msg.textContent = `Could not ${what} ${d.id}: ${err.message}`;
+    }
+  } finally {
+    sch.busy = false;
+    for (const b of [el.pause, el.resume, el.trigger]) b.disabled = false;
+  }
+  if (sch.detail === d) {
+    loadSchedule();
+    if (d.ns === sch.ns) loadSchedules(true);
+  }
+}
+
+// loadSchedule reads the open schedule with its next fire times, one read
+// at a time (a refresh and a button may ask at once).
+async function loadSchedule() {
+  if (sch.loading) {
+    sch.again = true;
+    return;
+  }
+  sch.loading = true;
+  try {
+    do {
+      sch.again = false;
+      await loadScheduleOnce();
+    } while (sch.again && sch.detail);
+  } finally {
+    sch.loading = false;
+  }
+}
+
+async function loadScheduleOnce() {
+  const d = sch.detail;
+  if (!d) return;
+  let res;
+  try {
+    res = await api(`${schedulePath(d)}?upcoming=${SCH_UPCOMING}`);
+  } catch (err) {
+    if (sch.detail !== d || !sch.el) return;
+    // What was shown stays, marked as no longer read.
+    sch.el.loadError.textContent = `Could not read the schedule: ${err.message}`;
+    sch.el.loadError.hidden = false;
+    if (!sch.shown) sch.el.badge.textContent = "unknown";
+    return;
+  }
+  if (sch.detail !== d || !sch.el) return;
+  const s = res.schedule || {};
+  sch.shown = s;
+  if (d.ns === sch.ns) sch.ticks.set(d.id, { sig: tickSig(s), tick: (s.upcoming || [])[0] || null });
+  sch.el.loadError.hidden = true;
+  renderSchedule(s);
+}
+
+// section rewrites one part of the open schedule's box when its key
+// changed since it was last drawn.
+function section(name, key, build) {
+  if (sch.parts.get(name) === key) return;
+  sch.parts.set(name, key);
+  sch.el.sections[name].replaceChildren(...build().filter(Boolean));
+}
+
+const dur = (d) => (d ? fmt.goDuration(fmt.seconds(d)) : "");
+
+function renderSchedule(s) {
+  const el = sch.el;
+  const st = schedState(s);
+  el.badge.className = `badge ${st}`;
+  el.badge.textContent = st;
+  if (s.paused) el.pauseForm.hidden = true;
+  el.pause.hidden = s.paused || !el.pauseForm.hidden;
+  el.resume.hidden = !s.paused;
+
+  const { upcoming, recent_actions: recent, ...rest } = s;
+  section("summary", JSON.stringify(rest), () => scheduleSummary(s));
+
+  const zone = s.spec && s.spec.cron ? scheduleZone(s.spec) : "UTC";
+  const now = Date.now();
+  const ticks = (upcoming || []).map((t, i) => [
+    String(i + 1),
+    fmt.clock(t.fire_time),
+    countdown(t.fire_time, now),
+    fmt.zoned(t.nominal_time, zone),
+    t.fire_time || "",
+  ]);
+  section("upcoming", JSON.stringify([s.paused, zone, ticks]), () => [
+    h("h4", {}, `Next fire times (${ticks.length})`),
+    ticks.length
+      ? table(
+          "upcoming",
+          ["#", "fires", "in", `nominal (${zone})`],
+          ["#"],
+          ticks.map(([n, fire, left, nominal, iso]) =>
+            h(
+              "tr",
+              { dataset: { tick: n } },
+              h("td", { className: "num", dataset: { col: "n" } }, n),
+              h("td", { dataset: { col: "fires" }, title: iso }, fire),
+              h("td", { dataset: { col: "in" } }, left),
+              h("td", { dataset: { col: "nominal" } }, nominal),
+            ),
+          ),
+        )
+      : h("p", { className: "muted", dataset: { testid: "no-upcoming" } }, s.paused ? "None while paused: resume it to fire again." : "None: no tick is ahead (its end time has passed)."),
+  ]);
+
+  const records = (recent || []).slice().reverse();
+  section("recent", JSON.stringify([s.namespace, s.action && s.action.workflow_type, records]), () => [
+    h("h4", {}, `Recent actions (${records.length}, newest first)`),
+    records.length
+      ? table("recent", ["nominal time", "outcome", "origin", "action", "detail", "recorded"], [], records.map((r) => recentRow(s, r)))
+      : h("p", { className: "muted" }, "None yet: nothing has fired."),
+  ]);
+}
+
+function scheduleSummary(s) {
+  const spec = s.spec || {};
+  const a = s.action || {};
+  const p = s.policy || {};
+  const activity = !isWorkflowAction(a);
+  const running = s.running_action_ids || [];
+  const input = fmt.payload(a.input);
+  return [
+    h("h4", {}, "Spec"),
+    kv([
+      ["trigger", h("span", { className: "mono" }, triggerText(spec))],
+      ["cron", spec.cron],
+      ["time zone", spec.cron ? scheduleZone(spec) : ""],
+      ["every", spec.cron ? "" : dur(spec.every)],
+      ["offset", spec.cron ? "" : dur(spec.offset) || "0s"],
+      ["jitter", spec.jitter ? `up to ${dur(spec.jitter)}` : "none"],
+      ["start", spec.start_time ? fmt.clock(spec.start_time) : ""],
+      ["end", spec.end_time ? fmt.clock(spec.end_time) : ""],
+    ]),
+    h("h4", {}, "Action"),
+    kv([
+      [actionKind(a), a.workflow_type || a.activity_type || "—"],
+      ["task queue", a.task_queue || "default"],
+      ["node pin", a.node],
+      ...flowPairs(a),
+      ["schedule→start", activity ? dur(a.schedule_to_start_timeout) : ""],
+      ["start→close", activity ? dur(a.start_to_close_timeout) : ""],
+      ["schedule→close", activity ? dur(a.schedule_to_close_timeout) : ""],
+      ["heartbeat", activity ? dur(a.heartbeat_timeout) : ""],
+      ["retry", activity ? retrySummary(a.retry_policy) : ""],
+    ]),
+    input && h("div", { className: "io" }, h("figure", {}, h("figcaption", {}, "input"), h("pre", {}, input))),
+    h("h4", {}, "Policy"),
+    kv([
+      ["overlap", fmt.enumName(p.overlap, "SCHEDULE_OVERLAP_") || "skip"],
+      ["catch-up", fmt.enumName(p.catch_up, "SCHEDULE_CATCH_UP_") || "one"],
+      ["catch-up window", dur(p.catch_up_window) || "1m"],
+    ]),
+    h("h4", {}, "State"),
+    kv([
+      ["state", schedState(s)],
+      ["note", s.note],
+      ["fired", fmt.count(s.fired)],
+      ["skipped (overlap)", fmt.count(s.skipped)],
+      ["missed (catch-up)", fmt.count(s.missed)],
+      ["ticks handled up to", fmt.clock(s.last_tick_time)],
+      ["buffered tick", s.buffered_tick_time ? fmt.clock(s.buffered_tick_time) : ""],
+      ["open actions", running.length ? `${running.length}: ${running.join(", ")}` : "none"],
+      ["fires pending", s.pending_fires ? fmt.count(s.pending_fires) : ""],
+      ["backfills waiting", s.backfills_waiting ? fmt.count(s.backfills_waiting) : ""],
+      ["created", fmt.clock(s.create_time)],
+      ["updated", fmt.clock(s.update_time)],
+    ]),
+  ];
+}
+
+function recentRow(s, r) {
+  const outcome = outcomeName(r);
+  const n = Number(r.count || 0);
+  const nominal =
+    n > 1 && r.first_nominal_time ? `${fmt.clock(r.first_nominal_time)} – ${fmt.clock(r.nominal_time)}` : fmt.clock(r.nominal_time);
+  const detail = [n > 1 ? `${fmt.count(n)} ticks` : "", r.detail || ""].filter(Boolean).join(" · ");
+  return h(
+    "tr",
+    { dataset: { outcome, origin: r.origin || "", actionId: r.action_id || "" } },
+    h("td", { dataset: { col: "nominal" }, title: r.nominal_time || "" }, nominal),
+    h("td", { dataset: { col: "outcome" } }, h("span", { className: `badge outcome-${badgeClass(outcome)}` }, outcome)),
+    h("td", { dataset: { col: "origin" } }, r.origin || "—"),
+    h("td", { dataset: { col: "action" } }, actionLink(s, r)),
+    h("td", { className: "detail-text", dataset: { col: "detail" } }, detail),
+    h("td", { dataset: { col: "recorded" }, title: r.time || "" }, fmt.clock(r.time)),
+  );
+}
+
+// actionLink names what a tick started, as a link that opens it in the
+// workflow or activity panel (the href is the same view as a link of its
+// own, for a new tab).
+function actionLink(s, r) {
+  if (!r.action_id) return "—";
+  if (outcomeName(r) !== "started") return h("span", { className: "mono" }, r.action_id);
+  const ns = s.namespace;
+  if (isWorkflowAction(s.action)) {
+    const q = new URLSearchParams({ wns: ns, workflow: r.action_id });
+    if (r.run_id) q.set("run", r.run_id);
+    return h(
+      "a",
+      { href: `#${q}`, className: "mono", title: "open the run in the Workflows panel", dataset: { openWorkflow: r.action_id, run: r.run_id || "" } },
+      r.action_id,
+    );
+  }
+  const q = new URLSearchParams({ ns, activity: r.action_id });
+  return h("a", { href: `#${q}`, className: "mono", title: "open it in the Activities panel", dataset: { openActivity: r.action_id } }, r.action_id);
+}
+
+$("schedule-detail").addEventListener("click", (e) => {
+  const a = e.target.closest("a[data-open-workflow], a[data-open-activity]");
+  if (!a || !sch.detail || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  const ns = sch.detail.ns;
+  if (a.dataset.openWorkflow) showRun(ns, a.dataset.openWorkflow, a.dataset.run || "");
+  else showActivity(ns, a.dataset.openActivity);
+});
+
+// showRun opens a run in the Workflows panel, listing its namespace there.
+function showRun(ns, id, run) {
+  if (wfs.ns !== ns) {
+    wfs.ns = ns;
+    wfs.tokens = [""];
+    wfs.page = 0;
+    workflowsTable.quiet = true;
+    syncWorkflowNamespaces();
+    loadWorkflows();
+  }
+  openRun(ns, id, run);
+  $("workflows-panel").scrollIntoView({ block: "start" });
+}
+
+// showActivity opens an activity in the Activities panel, listing its
+// namespace there.
+function showActivity(ns, id) {
+  if (acts.ns !== ns) {
+    acts.ns = ns;
+    acts.tokens = [""];
+    acts.page = 0;
+    activitiesTable.quiet = true;
+    syncNamespaceOptions();
+    loadActivities();
+  }
+  openDetail(ns, id);
+  $("activities-panel").scrollIntoView({ block: "start" });
+}
+
 // ---------------------------------------------------------------- render loop
 
 let frame = 0;
@@ -1525,6 +2216,7 @@ function render() {
     nsOptionsDirty = false;
     syncNamespaceOptions();
     syncWorkflowNamespaces();
+    syncScheduleNamespaces();
   }
   flushFeed();
   if (workersChanged) renderTotals();
@@ -1593,6 +2285,11 @@ function tick() {
   // An open run changes (and its pending steps' timers count down); a
   // closed one does not.
   if (wfs.detail && (!wfs.shown || runStatus(wfs.shown) === "running")) loadRun();
+  // Schedules: the page, the next ticks that passed, the open schedule.
+  if ($("sch-live").checked) {
+    if (sch.ns) loadSchedules(true);
+    if (sch.detail) loadSchedule();
+  }
   namespacesTable.markAll();
   schedule();
 }
@@ -1601,10 +2298,12 @@ $("auth-forget").hidden = !token;
 readHash();
 if (acts.ns) loadActivities();
 if (wfs.ns) loadWorkflows();
+if (sch.ns) loadSchedules();
 connect();
 setInterval(tick, REFRESH_MS);
 window.addEventListener("hashchange", () => {
   readHash();
   applyFilter();
   applyWorkflowFilter();
+  applyScheduleFilter();
 });

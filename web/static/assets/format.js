@@ -104,3 +104,48 @@ export function placement(p) {
 export function count(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
+
+// goDuration renders a span of seconds exactly, the way Go and the CLI
+// write durations (1h, 1h30m, 15m, 2.5s, 500ms), for what a user set rather
+// than what was measured; "0s" for none.
+export function goDuration(sec) {
+  if (!Number.isFinite(sec) || sec === 0) return "0s";
+  const neg = sec < 0;
+  sec = Math.abs(sec);
+  let out;
+  if (sec < 1) {
+    out = `${+(sec * 1000).toFixed(3)}ms`;
+  } else {
+    const hours = Math.floor(sec / 3600);
+    const mins = Math.floor((sec % 3600) / 60);
+    const secs = +(sec % 60).toFixed(3);
+    out = `${hours ? `${hours}h` : ""}${mins ? `${mins}m` : ""}${secs ? `${secs}s` : ""}`;
+  }
+  return neg ? `-${out}` : out;
+}
+
+// zoned renders a timestamp as the wall clock of an IANA time zone:
+// "2026-03-09 03:00:00 GMT+1". A zone the browser does not know falls back
+// to local time, as clock has it.
+export function zoned(ts, zone) {
+  const t = millis(ts);
+  if (!t) return "—";
+  try {
+    const parts = {};
+    const f = new Intl.DateTimeFormat("en-US", {
+      timeZone: zone || "UTC",
+      hourCycle: "h23",
+      year: "numeric",
+      month: "2-digit",
+      day: "2-digit",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+      timeZoneName: "short",
+    });
+    for (const p of f.formatToParts(new Date(t))) parts[p.type] = p.value;
+    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second} ${parts.timeZoneName}`;
+  } catch {
+    return clock(ts);
+  }
+}
