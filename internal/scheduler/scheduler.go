@@ -142,6 +142,9 @@ type Scheduler struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+	// carrying holds the action ids of the fires this process is carrying
+	// out, so the loop and a Trigger's own call never start one twice.
+	carrying map[string]bool
 	// onPass, for tests, is called as each pass of the loop begins
 	// (begin true) and ends.
 	onPass func(begin bool)
@@ -150,7 +153,7 @@ type Scheduler struct {
 // New returns a scheduler; nothing runs until Start.
 func New(cfg Config) *Scheduler {
 	s := &Scheduler{st: cfg.Store, eng: cfg.Engine, ns: cfg.Namespaces, clk: cfg.Clock, log: cfg.Log, obs: cfg.Observer,
-		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1)}
+		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1), carrying: make(map[string]bool)}
 	if s.clk == nil {
 		s.clk = clock.Real()
 	}
@@ -441,11 +444,24 @@ type outcome struct {
 // scheduler's, then records their outcomes.
 func (s *Scheduler) carryOutPending(ctx context.Context, trig *schedule.Trigger, sc store.Schedule) {
 	now := s.clk.Now()
-	var outs []outcome
+	var mine []store.PendingFire
+	s.mu.Lock()
 	for _, f := range sc.State.Pending {
-		if !s.mine(f, now) {
-			continue
+		if s.mine(f, now) && !s.carrying[f.ActionID] {
+			s.carrying[f.ActionID] = true
+			mine = append(mine, f)
 		}
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		for _, f := range mine {
+			delete(s.carrying, f.ActionID)
+		}
+		s.mu.Unlock()
+	}()
+	var outs []outcome
+	for _, f := range mine {
 		o, stop := s.carryOut(ctx, sc, f)
 		if stop {
 			break

@@ -531,3 +531,33 @@ func TestAFireRefusedForGoodIsRecordedAsFailed(t *testing.T) {
 		t.Fatalf("activities %v: the next tick fires as usual", got)
 	}
 }
+
+// A trigger is carried out once by this process: the loop, woken by the
+// trigger's own write, does not start the same fire beside the call, so
+// every trigger counts as one fire.
+func TestEachTriggerCountsOnceWhileTheLoopRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sc := b.scheduler(nil)
+	ctx := context.Background()
+	b.create(sc, activityDef("t", store.OverlapAllowAll))
+	const n = 30
+	for i := range n {
+		b.clk.Advance(time.Millisecond) // each trigger has its own nominal time
+		v, err := sc.s.Trigger(ctx, anyone, "ns", "t", "")
+		if err != nil {
+			t.Fatalf("trigger %d: %v", i, err)
+		}
+		if last := v.Schedule.State.Recent[len(v.Schedule.State.Recent)-1]; last.Detail != "" {
+			t.Fatalf("trigger %d recorded %+v: its own fire was found started before", i, last)
+		}
+	}
+	b.sync()
+	v, err := sc.s.Get(ctx, anyone, "ns", "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Schedule.State.Fired != n || sc.obs.fired[schedule.OriginTrigger] != n {
+		t.Fatalf("fired %d (metric %d) after %d triggers, want each counted once", v.Schedule.State.Fired, sc.obs.fired[schedule.OriginTrigger], n)
+	}
+}
