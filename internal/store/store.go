@@ -158,6 +158,7 @@ type NamespaceStore interface {
 // passes storetest.Run.
 type Store interface {
 	NamespaceStore
+	FlowStore
 	ActivityStore
 	WorkflowStore
 	// Close releases the backend's resources; it is safe to call once.
