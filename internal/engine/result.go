@@ -154,6 +154,9 @@ func (e *Engine) leaveWorkerLocked(a *activity) {
 		}
 	}
 	a.worker = nil
+	if a.lim != nil && a.lim.running {
+		e.endSlotLocked(a)
+	}
 	ns := a.rec.Namespace
 	atCap := e.maxRunning > 0 && e.running[ns] >= e.maxRunning
 	if e.running[ns]--; e.running[ns] <= 0 {
