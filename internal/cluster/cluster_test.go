@@ -134,6 +134,8 @@ func (e *engine) NoteNamespace(ns store.Namespace) {
 	}
 }
 
+func (e *engine) NoteFlowLimits(string, []store.FlowLimit) {}
+
 // listening waits until s hears notices: listening starts asynchronously
 // with Start, so it publishes a work notice until s's engine is told of it.
 func (b *bundle) listening(s *server) {
