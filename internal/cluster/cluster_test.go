@@ -369,7 +369,7 @@ func TestRunningElsewhereNamesOnlyAnotherServer(t *testing.T) {
 	}{{c, "t"}, {a, "u"}} {
 		got, err := b.st.ClaimActivities(b.ctx, store.ClaimRequest{Owner: claim.s.self.ID, Now: now,
 			Claims: []store.Claim{{Namespace: "ns", TaskQueue: "q", ActivityType: claim.typ, Workers: []uint64{1}}}})
-		if err != nil || len(got[0]) != 1 {
+		if err != nil || len(got[0].Activities) != 1 {
 			t.Fatalf("claim: %v, %v", got, err)
 		}
 	}

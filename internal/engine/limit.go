@@ -604,6 +604,57 @@ func (e *Engine) explainHeldLocked(a *activity, now time.Time) Explanation {
 	return ex
 }
 
+// explainLimitInStore explains, in cluster mode, waiting work its type's
+// flow limit holds: from the store, the running activities of its key
+// across the cluster and the state of its rate bucket. ok is false when no
+// limit holds it now.
+func (e *Engine) explainLimitInStore(ctx context.Context, rec store.Activity, now time.Time) (Explanation, bool, error) {
+	if e.cl == nil {
+		return Explanation{}, false, nil
+	}
+	e.mu.Lock()
+	var spec store.FlowLimit
+	l := e.activityLimitLocked(tripleOf(&rec))
+	if l != nil {
+		spec = l.spec
+	}
+	e.mu.Unlock()
+	if l == nil {
+		return Explanation{}, false, nil
+	}
+	key := rec.Flow.ConcurrencyKey
+	req := store.FlowUsageRequest{Namespace: rec.Namespace, ActivityType: rec.ActivityType}
+	if spec.Concurrency > 0 {
+		req.ConcurrencyKey = key
+	}
+	rated := spec.Rate > 0 && (!spec.PerKey || key != "")
+	if rated && spec.PerKey {
+		req.BucketKey = key
+	}
+	u, err := e.cl.Store.ReadFlowUsage(ctx, req)
+	if err != nil {
+		return Explanation{}, false, err
+	}
+	ex := Explanation{State: rec.State, ConcurrencyKey: key}
+	if req.ConcurrencyKey != "" && u.Running >= spec.Concurrency {
+		ex.Reason, ex.Running, ex.Limit = WhyConcurrencyLimit, u.Running, spec.Concurrency
+		ex.Message = fmt.Sprintf("concurrency key %q of activity type %q runs %d of its limit of %d across the cluster",
+			key, rec.ActivityType, u.Running, spec.Concurrency)
+		return ex, true, nil
+	}
+	if rated && u.Bucket != nil && u.Bucket.Available(spec.Bucket(), now) < 1 {
+		scope := fmt.Sprintf("activity type %q", rec.ActivityType)
+		if spec.PerKey {
+			scope = fmt.Sprintf("concurrency key %q of activity type %q", key, rec.ActivityType)
+		}
+		ex.Reason, ex.Until = WhyRateLimited, u.Bucket.Next(spec.Bucket(), now)
+		ex.Message = fmt.Sprintf("the rate limit of %s (%g/s, burst %d) allows its next start at %s (in %v)",
+			scope, spec.Rate, spec.Burst, ex.Until.Format(time.RFC3339Nano), ex.Until.Sub(now).Round(time.Millisecond))
+		return ex, true, nil
+	}
+	return Explanation{}, false, nil
+}
+
 // aheadIn counts the live entries of f before a.
 func aheadIn(f *heldFIFO, a *activity, live func(*activity) bool) int {
 	n := 0

@@ -324,6 +324,9 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if e.cl != nil && err == nil && end.Attempt != nil {
+			e.limitEndedLocked(&a.rec)
+		}
 		if terminal || (err != nil && e.cl != nil) {
 			e.dropOpenLocked(a)
 			a.wakeWaiters()

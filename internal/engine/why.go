@@ -107,6 +107,11 @@ func (e *Engine) Why(ctx context.Context, caller namespace.Identity, ns, id stri
 	case rec.ReadyAt.After(now):
 		return delayed(rec, now), nil
 	}
+	if ex, ok, err := e.explainLimitInStore(ctx, rec, now); err != nil {
+		return Explanation{}, fmt.Errorf("why: %w", err)
+	} else if ok {
+		return ex, nil
+	}
 	return Explanation{State: rec.State, Reason: WhyInStore,
 		Message: "it waits in the store for a server of the cluster with a free eligible worker to claim it"}, nil
 }
