@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aion-run/aion/internal/name"
@@ -474,6 +475,22 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 	for _, q := range queues {
 		e.dispatchLocked(q)
 	}
+}
+
+// AppliedFlowLimits returns the flow limits this server applies now in
+// namespace ns, ordered by type: in a cluster, what it has read back from
+// the store after the last change it heard of.
+func (e *Engine) AppliedFlowLimits(ns string) []store.FlowLimit {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []store.FlowLimit
+	for id, l := range e.limits {
+		if id.ns == ns {
+			out = append(out, l.spec)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.FlowLimit) int { return strings.Compare(a.Type, b.Type) })
+	return out
 }
 
 // checkFlowLimitRef checks the namespace, kind and type a limit call names.
