@@ -521,6 +521,11 @@ func (e *Engine) SetFlowLimit(ctx context.Context, caller namespace.Identity, l 
 	if err := l.Validate(); err != nil {
 		return store.FlowLimit{}, fmt.Errorf("%s: %w: %w", what, ErrInvalid, err)
 	}
+	if l.Kind == store.FlowWorkflow {
+		// Refused rather than recorded and silently not applied.
+		return store.FlowLimit{}, fmt.Errorf("%s: kind: %q: limits of workflow types are not enforced yet, only of activity types: %w",
+			what, l.Kind, ErrInvalid)
+	}
 	if err := namespace.Authorize(caller, l.Namespace); err != nil {
 		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
 	}

@@ -38,7 +38,7 @@ func TestFlowLimitsRoundTripOverTheWire(t *testing.T) {
 		t.Fatalf("get: %v, %v; want %v", got, err, set.GetLimit())
 	}
 	w := activityLimit("flow", "order")
-	w.Kind, w.Concurrency = aionv1.FlowKind_FLOW_KIND_WORKFLOW, proto.Int32(1)
+	w.Rate = proto.Float64(1)
 	if _, err := b.namespaces.SetFlowLimit(ctx, &aionv1.SetFlowLimitRequest{Limit: w}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +94,7 @@ func TestFlowLimitBadInputMatrix(t *testing.T) {
 		{"burst without a rate", with(func(l *aionv1.FlowLimit) { l.Concurrency = proto.Int32(1); l.Burst = proto.Int32(5) }), codes.InvalidArgument, "burst: 5"},
 		{"per key without a rate", with(func(l *aionv1.FlowLimit) { l.Concurrency = proto.Int32(1); l.PerKey = true }), codes.InvalidArgument, "per_key"},
 		{"nothing limited", with(func(l *aionv1.FlowLimit) {}), codes.InvalidArgument, "neither is set"},
+		{"workflow type (not enforced yet)", with(func(l *aionv1.FlowLimit) { l.Kind = aionv1.FlowKind_FLOW_KIND_WORKFLOW; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "not enforced yet"},
 		{"no type", with(func(l *aionv1.FlowLimit) { l.Type = ""; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "activity_type"},
 		{"bad namespace", with(func(l *aionv1.FlowLimit) { l.Namespace = "a b"; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "namespace"},
 		{"namespace never minted", with(func(l *aionv1.FlowLimit) { l.Namespace = "ghost"; l.Concurrency = proto.Int32(1) }), codes.NotFound, `"ghost"`},

@@ -16,7 +16,8 @@ type FlowKind string
 const (
 	// FlowActivity: attempts of activities of one activity type.
 	FlowActivity FlowKind = "activity"
-	// FlowWorkflow: runs of one workflow type.
+	// FlowWorkflow: runs of one workflow type (recorded by the store; the
+	// engine does not accept such limits yet).
 	FlowWorkflow FlowKind = "workflow"
 )
 

@@ -147,7 +147,8 @@ const (
 	FlowKind_FLOW_KIND_UNSPECIFIED FlowKind = 0
 	// Attempts of activities of one activity type.
 	FlowKind_FLOW_KIND_ACTIVITY FlowKind = 1
-	// Runs of one workflow type.
+	// Runs of one workflow type. Not accepted yet: SetFlowLimit refuses it (InvalidArgument)
+	// rather than record a limit it would not enforce.
 	FlowKind_FLOW_KIND_WORKFLOW FlowKind = 2
 )
 
