@@ -410,6 +410,7 @@ func (e *Engine) Backlog() []PoolBacklog {
 			}
 		}
 	}
+	e.heldBacklogLocked(byPool, now)
 	out := make([]PoolBacklog, 0, len(byPool))
 	for _, b := range byPool {
 		out = append(out, *b)

@@ -677,6 +677,41 @@ func (e *Engine) explainLimitInStore(ctx context.Context, rec store.Activity, no
 	return Explanation{}, false, nil
 }
 
+// heldBacklogLocked adds the work flow limits hold, which waits outside its
+// queue, to the backlog of its pool.
+func (e *Engine) heldBacklogLocked(byPool map[registry.PoolAddress]*PoolBacklog, now time.Time) {
+	add := func(a *activity) {
+		pa := tripleOf(&a.rec).Pool
+		b := byPool[pa]
+		if b == nil {
+			b = &PoolBacklog{Namespace: pa.Namespace, TaskQueue: pa.TaskQueue}
+			byPool[pa] = b
+		}
+		b.Waiting++
+		b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
+	}
+	for _, l := range e.limits {
+		for _, g := range l.keys {
+			for _, a := range g.held.items[g.held.head:] {
+				if a.lim != nil && a.lim.heldConc == g {
+					add(a)
+				}
+			}
+		}
+		rates := l.perKey
+		if l.rate != nil {
+			rates = map[string]*rateGroup{"": l.rate}
+		}
+		for _, g := range rates {
+			for _, a := range g.held.items[g.held.head:] {
+				if a.lim != nil && a.lim.heldRate == g {
+					add(a)
+				}
+			}
+		}
+	}
+}
+
 // aheadIn counts the live entries of f before a.
 func aheadIn(f *heldFIFO, a *activity, live func(*activity) bool) int {
 	n := 0

@@ -92,6 +92,9 @@ func TestConcurrencyKeyNeverRunsMoreThanItsLimit(t *testing.T) {
 		t.Fatalf("at first: a %d, b %d, no key %d running; want 2, 2 and all 7 (nothing waits behind a full key)",
 			len(running["a"]), len(running["b"]), len(running[""]))
 	}
+	if bl := b.eng.Backlog(); len(bl) != 1 || bl[0].Waiting != 30-11 {
+		t.Fatalf("backlog %+v, want the 19 held activities waiting", bl)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for done := 0; done < 30; done++ {
 		var ids []string
