@@ -125,7 +125,8 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 		var (
 			taken    []int64
 			took     = map[string]int{}
-			excluded = []string{}
+			excluded = []string{} // sent as an array: never nil, which SQL would read as NULL
+			isOut    = map[string]bool{}
 			prio     = 0
 			seq      = int64(0)
 		)
@@ -178,12 +179,12 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 					break scan
 				}
 				prio, seq = x.priority, x.seq
-				if slices.Contains(excluded, x.key) {
+				if isOut[x.key] {
 					continue // found full earlier in this batch
 				}
 				if l.Concurrency > 0 && x.key != "" && running[x.key]+took[x.key] >= l.Concurrency {
 					res.Limited = true
-					excluded = append(excluded, x.key)
+					excluded, isOut[x.key] = append(excluded, x.key), true
 					continue
 				}
 				if k, ok := bucketKey(x.key); ok {
@@ -193,7 +194,7 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 						if !l.PerKey {
 							break scan // the whole type is out of tokens
 						}
-						excluded = append(excluded, x.key)
+						excluded, isOut[x.key] = append(excluded, x.key), true
 						continue
 					}
 					touched[k] = true
