@@ -412,7 +412,9 @@ type Explanation struct {
 	// Reason is no_worker, node_pin, placement, slots_busy,
 	// namespace_in_flight_cap, concurrency_limit, rate_limited,
 	// delayed_start, retry_backoff, waiting_for_a_claim (in a cluster),
-	// being_recorded, running or closed.
+	// being_recorded, running or closed; for a run's workflow task also
+	// waiting_on_steps, task_backoff, no_worker_of_its_build or
+	// held_by_another_server.
 	Reason string `json:"reason"`
 	// Message says it in words, with its figures.
 	Message string `json:"message"`
@@ -442,8 +444,12 @@ func (c *Client) Why(ctx context.Context, namespace, id string) (*Explanation, e
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("why activity %q in %q", id, namespace), err)
 	}
+	return explanationFromProto(resp), nil
+}
+
+func explanationFromProto(resp *aionv1.WhyResponse) *Explanation {
 	return &Explanation{State: stateFromProto(resp.GetState()), Reason: resp.GetReason(), Message: resp.GetMessage(),
 		Until: timeFromProto(resp.GetUntil()), Ahead: int(resp.GetAhead()), Workers: int(resp.GetWorkers()),
 		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId(),
-		ConcurrencyKey: resp.GetConcurrencyKey(), Running: int(resp.GetRunning()), Limit: int(resp.GetLimit())}, nil
+		ConcurrencyKey: resp.GetConcurrencyKey(), Running: int(resp.GetRunning()), Limit: int(resp.GetLimit())}
 }

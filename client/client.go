@@ -20,6 +20,7 @@ type Client struct {
 	workflows  aionv1.WorkflowServiceClient
 	namespaces aionv1.NamespaceServiceClient
 	cluster    aionv1.ClusterServiceClient
+	schedules  aionv1.ScheduleServiceClient
 }
 
 // Option configures Dial.
@@ -82,6 +83,7 @@ func New(conn grpc.ClientConnInterface) *Client {
 		workflows:  aionv1.NewWorkflowServiceClient(conn),
 		namespaces: aionv1.NewNamespaceServiceClient(conn),
 		cluster:    aionv1.NewClusterServiceClient(conn),
+		schedules:  aionv1.NewScheduleServiceClient(conn),
 	}
 }
 

@@ -231,6 +231,17 @@ func (h *WorkflowHandle) Get(ctx context.Context) (*Run, error) {
 	return runFromProto(resp.GetRun()), nil
 }
 
+// Why explains why the run has no workflow task running now: it waits on
+// its steps, for a worker (of its build), for a free workflow slot (with
+// how many runs wait before it), or for a delay or a failed task's backoff.
+func (h *WorkflowHandle) Why(ctx context.Context) (*Explanation, error) {
+	resp, err := h.c.workflows.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: h.Namespace, WorkflowId: h.WorkflowID, RunId: h.RunID})
+	if err != nil {
+		return nil, rpcError(fmt.Sprintf("why workflow %q in %q", h.WorkflowID, h.Namespace), err)
+	}
+	return explanationFromProto(resp), nil
+}
+
 // Wait blocks until the run closes and returns it, or until ctx ends. A
 // handle without a run id follows continue-as-new to the last run. Like
 // Client.Wait it is a series of long polls that ride out a server restart.

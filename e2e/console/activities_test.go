@@ -58,6 +58,11 @@ func TestConsoleActivitiesFollowTheMenuAndShowPayloads(t *testing.T) {
 	}
 	openRow("json-input")
 	p.waitFor("the JSON input", `(document.querySelector("#activity-detail .io") || {}).textContent?.includes('{"n":1}')`, 10*time.Second)
+	// A waiting activity's page says why it waits, as aion activity why does.
+	p.waitFor("why it waits", `(document.querySelector('#activity-detail [data-testid="why"]') || {dataset: {}}).dataset.reason === "no_worker"`, 10*time.Second)
+	if got := p.text(`#activity-detail [data-testid="why"]`); !strings.Contains(got, `"nobody-runs-it"`) {
+		t.Errorf("why box says %q, want the activity type no worker serves", got)
+	}
 	openRow("binary-input")
 	p.waitFor("the binary input", textOf("#activity-detail h3")+`.includes("binary-input")`, 10*time.Second)
 	if got := p.text("#activity-detail .io"); !strings.Contains(got, "not JSON") || !strings.Contains(got, "AP8=") {

@@ -173,6 +173,8 @@ func TestConsoleWorkflowsListRunsAndShowEachRunsTimeline(t *testing.T) {
 	if must[bool](p, visible(`[data-testid="task-failure"]`)) {
 		t.Error("order-1 shows a task failure")
 	}
+	// Why its code does not run: it waits on its two steps.
+	p.waitFor("why order-1 waits", `(document.querySelector('#run-detail [data-testid="why"]') || {dataset: {}}).dataset.reason === "waiting_on_steps"`, 10*time.Second)
 	if got := p.text("#run-detail"); strings.Contains(got, "undefined") || strings.Contains(got, "NaN") || strings.Contains(got, "[object") {
 		t.Errorf("order-1's page shows a missing value: %q", got)
 	}

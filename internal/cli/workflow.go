@@ -31,7 +31,35 @@ steps are recorded in its history, and a completed step never runs again
 	}
 	cmd.AddCommand(a.workflowStartCommand(), a.workflowGetCommand(), a.workflowListCommand(), a.workflowWaitCommand(),
 		a.workflowSignalCommand(), a.workflowQueryCommand(), a.workflowCancelCommand(), a.workflowTerminateCommand(),
-		a.workflowHistoryCommand())
+		a.workflowHistoryCommand(), a.workflowWhyCommand())
+	return cmd
+}
+
+func (a *app) workflowWhyCommand() *cobra.Command {
+	var ref runRef
+	cmd := &cobra.Command{
+		Use:   "why WORKFLOW_ID",
+		Short: "Explain why a run has no workflow task running",
+		Long: `Explain, from the server's live state, why a run's code is not running now: it
+waits on its steps (activities, timers, signals, children); no connected worker
+serves its workflow type, or none runs its build; every workflow slot is busy
+(and how many runs wait before it); its delayed start or a failed workflow
+task's backoff has not come (until when); another server of the cluster holds
+it. Or that its workflow task runs, and on which worker.`,
+		Example: `  aion workflow why order-42 --namespace demo
+  aion workflow why order-42 --namespace demo --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withRun(cmd, &ref, args[0], func(ctx context.Context, h *client.WorkflowHandle) error {
+				ex, err := h.Why(ctx)
+				if err != nil {
+					return err
+				}
+				return a.emit(ex, func(w io.Writer) { fmt.Fprintf(w, "%s: %s\n", ex.Reason, ex.Message) })
+			})
+		},
+	}
+	ref.bind(cmd)
 	return cmd
 }
 

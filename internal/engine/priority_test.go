@@ -86,3 +86,33 @@ func TestWorkflowStepTakesItsPriority(t *testing.T) {
 		t.Fatalf("step priority %d, want 1", v.Activity.Priority)
 	}
 }
+
+// Workflow tasks follow their run's priority: with low-priority runs
+// waiting for the one workflow slot, a priority-1 run started afterwards
+// gets the next task, before and after a restart.
+func TestUrgentRunOvertakesWaitingWorkflowTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	start := func(id string, priority int) {
+		t.Helper()
+		if _, _, err := b.eng.StartWorkflow(context.Background(), anyone, WorkflowRequest{Namespace: "ns", WorkflowID: id,
+			WorkflowType: "order", Priority: priority}); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+	}
+	for i := range 50 {
+		start(fmt.Sprintf("low-%02d", i), 5)
+	}
+	start("urgent", 1)
+	start("normal", 0)
+
+	b.restart()
+	fw := b.joinWorkflows("b1", 1, "order")
+	for _, want := range []string{"urgent", "normal", "low-00", "low-01"} {
+		task := fw.next()
+		if got := task.GetWorkflowId(); got != want {
+			t.Fatalf("workflow task for %s, want %s", got, want)
+		}
+		fw.mustAnswer(task, false, closeRun(aionv1.RunStatus_RUN_STATUS_COMPLETED, `1`))
+	}
+}

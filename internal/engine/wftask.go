@@ -16,12 +16,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// wfQueue is a FIFO of runs waiting for a workflow task on one workflow
-// triple; a triple with an empty build holds runs not yet bound to a build,
-// which go to the pool's default build.
+// wfQueue holds the runs waiting for a workflow task on one workflow
+// triple: one FIFO per priority, the most urgent served first. A triple
+// with an empty build holds runs not yet bound to a build, which go to the
+// pool's default build.
 type wfQueue struct {
 	triple registry.Triple
-	items  []*wfRun
+	lanes  [store.LowestPriority][]*wfRun
+	n      int
 }
 
 // needTaskLocked arranges a workflow task for a run that has events its
@@ -63,7 +65,9 @@ func (e *Engine) enqueueRunLocked(r *wfRun) {
 		e.wfQueues[t] = q
 	}
 	r.queued = q
-	q.items = append(q.items, r)
+	l := laneOf(r.rec.Priority)
+	q.lanes[l] = append(q.lanes[l], r)
+	q.n++
 	e.dispatchRunsLocked(q)
 }
 
@@ -73,18 +77,31 @@ func (e *Engine) unqueueRunLocked(r *wfRun) {
 		return
 	}
 	r.queued = nil
-	if i := slices.Index(q.items, r); i >= 0 {
-		q.items = slices.Delete(q.items, i, i+1)
+	l := laneOf(r.rec.Priority)
+	if i := slices.Index(q.lanes[l], r); i >= 0 {
+		q.lanes[l] = slices.Delete(q.lanes[l], i, i+1)
+		q.n--
 	}
-	if len(q.items) == 0 && e.wfQueues[q.triple] == q {
+	if q.n == 0 && e.wfQueues[q.triple] == q {
 		delete(e.wfQueues, q.triple)
 	}
 }
 
+// front is the most urgent lane with runs waiting, nil when none waits.
+func (q *wfQueue) front() *[]*wfRun {
+	for i := range q.lanes {
+		if len(q.lanes[i]) > 0 {
+			return &q.lanes[i]
+		}
+	}
+	return nil
+}
+
 // dispatchRunsLocked hands queued runs to free workers of the queue's
-// triple (for unbound runs: of the pool's default build) until none is free.
+// triple (for unbound runs: of the pool's default build) until none is
+// free, the most urgent first, the oldest first within a priority.
 func (e *Engine) dispatchRunsLocked(q *wfQueue) {
-	for len(q.items) > 0 {
+	for l := q.front(); l != nil; l = q.front() {
 		t := q.triple
 		if t.Build == "" {
 			b, ok := e.reg.DefaultBuild(t.Pool, t.ActivityType)
@@ -97,9 +114,10 @@ func (e *Engine) dispatchRunsLocked(q *wfQueue) {
 		if !ok {
 			return
 		}
-		r := q.items[0]
-		q.items[0] = nil
-		q.items = q.items[1:]
+		r := (*l)[0]
+		(*l)[0] = nil
+		*l = (*l)[1:]
+		q.n--
 		r.queued = nil
 		e.sendTaskLocked(r, w)
 	}

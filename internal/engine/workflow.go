@@ -293,6 +293,15 @@ func (e *Engine) startOnce(ctx context.Context, r WorkflowRequest, fp string, no
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return store.Run{}, false, false, fmt.Errorf("start workflow %q: %w", r.WorkflowID, err)
+	case last.Status == store.RunRunning && e.cl != nil:
+		// In a cluster an open run need not be in this server's memory:
+		// another server holds it, or none does until a worker's server
+		// claims it. The store's record answers as memory would.
+		if last.Fingerprint != fp {
+			return store.Run{}, false, false, fmt.Errorf("start workflow: workflow_id: %q already has an open run in namespace %q started by a different request: %w",
+				r.WorkflowID, r.Namespace, ErrAlreadyExists)
+		}
+		return last, true, false, nil
 	case last.Status == store.RunRunning:
 		// Open in the store but not in memory: a start racing this one
 		// between its insert and our lookup. Look again.

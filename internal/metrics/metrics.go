@@ -52,6 +52,11 @@ type Metrics struct {
 	taskEvents    *prometheus.HistogramVec
 	taskSeconds   *prometheus.HistogramVec
 	replaySeconds *prometheus.HistogramVec
+
+	scheduleFires  *prometheus.CounterVec
+	scheduleSkips  *prometheus.CounterVec
+	scheduleFailed *prometheus.CounterVec
+	scheduleLag    *prometheus.HistogramVec
 }
 
 // latency buckets from 100µs to ~100s.
@@ -117,9 +122,21 @@ func New(backlog func() []Backlog) *Metrics {
 	m.replaySeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_workflow_replay_seconds",
 		Help: "The same for the workflow tasks that were replays (aion_workflow_replays_total): how long a replay of the whole history took, round trip included.", Buckets: latency},
 		[]string{"namespace"})
+	m.scheduleFires = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_schedule_fires_total",
+		Help: "Schedule ticks whose workflow or activity started, by origin: tick, catch_up, trigger, backfill, buffered (each tick counted once across the servers of a cluster)."},
+		[]string{"namespace", "origin"})
+	m.scheduleSkips = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_schedule_ticks_not_fired_total",
+		Help: "Schedule ticks that did not fire, by reason: overlap (skipped by the overlap policy), missed (later than the catch-up window and dropped by the catch-up policy)."},
+		[]string{"namespace", "reason"})
+	m.scheduleFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_schedule_fire_failures_total",
+		Help: "Schedule fires whose workflow or activity could not be started, for good."}, []string{"namespace"})
+	m.scheduleLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_schedule_fire_lag_seconds",
+		Help: "Time from the instant a schedule tick was due (its nominal time plus jitter) to its action starting.", Buckets: latency},
+		[]string{"namespace"})
 	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried, m.throttled,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
 		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds, m.replaySeconds,
+		m.scheduleFires, m.scheduleSkips, m.scheduleFailed, m.scheduleLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -226,6 +243,32 @@ func (w *Workflows) TaskLatency(ns string, took time.Duration, replay bool) {
 		w.m.replaySeconds.WithLabelValues(ns).Observe(took.Seconds())
 	}
 }
+
+// Schedules returns the schedule metrics, for the scheduler's Observer.
+func (m *Metrics) Schedules() *Schedules { return &Schedules{m: m} }
+
+// Schedules records what schedules do. It implements scheduler.Observer.
+type Schedules struct{ m *Metrics }
+
+// Fired counts a tick whose action started, by origin, and the lag from
+// the instant it was due.
+func (s *Schedules) Fired(ns, origin string, lag time.Duration) {
+	s.m.scheduleFires.WithLabelValues(ns, origin).Inc()
+	s.m.scheduleLag.WithLabelValues(ns).Observe(lag.Seconds())
+}
+
+// Skipped counts ticks the overlap policy skipped.
+func (s *Schedules) Skipped(ns string, n int) {
+	s.m.scheduleSkips.WithLabelValues(ns, "overlap").Add(float64(n))
+}
+
+// Missed counts ticks the catch-up policy dropped.
+func (s *Schedules) Missed(ns string, n int) {
+	s.m.scheduleSkips.WithLabelValues(ns, "missed").Add(float64(n))
+}
+
+// Failed counts a fire that could not start its action.
+func (s *Schedules) Failed(ns string) { s.m.scheduleFailed.WithLabelValues(ns).Inc() }
 
 // Commit records one group-commit transaction.
 func (m *Metrics) Commit(batch int, took time.Duration) {

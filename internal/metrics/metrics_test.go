@@ -94,3 +94,32 @@ func TestWorkflowObserverCountsRunsAndTasksByNamespace(t *testing.T) {
 		}
 	}
 }
+
+func TestScheduleObserverCountsFiresTicksNotFiredAndLag(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	sc := m.Schedules()
+	sc.Fired("a", "tick", 2*time.Second)
+	sc.Fired("a", "tick", 0)
+	sc.Fired("a", "backfill", time.Second)
+	sc.Fired("b", "trigger", 0)
+	sc.Skipped("a", 3)
+	sc.Missed("a", 10)
+	sc.Failed("a")
+
+	got := scrape(t, m)
+	for series, want := range map[string]float64{
+		`aion_schedule_fires_total{namespace="a",origin="tick"}`:              2,
+		`aion_schedule_fires_total{namespace="a",origin="backfill"}`:          1,
+		`aion_schedule_fires_total{namespace="b",origin="trigger"}`:           1,
+		`aion_schedule_ticks_not_fired_total{namespace="a",reason="overlap"}`: 3,
+		`aion_schedule_ticks_not_fired_total{namespace="a",reason="missed"}`:  10,
+		`aion_schedule_fire_failures_total{namespace="a"}`:                    1,
+		`aion_schedule_fire_lag_seconds_sum{namespace="a"}`:                   3,
+		`aion_schedule_fire_lag_seconds_count{namespace="a"}`:                 3,
+	} {
+		if v, ok := got[series]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+}

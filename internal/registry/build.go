@@ -76,3 +76,29 @@ func (r *Registry) DefaultBuild(pool PoolAddress, workflowType string) (string, 
 	}
 	return best, bestN > 0
 }
+
+// WorkflowCandidates describes the connected workers of pool that serve
+// workflowType, whatever their build, each once.
+func (r *Registry) WorkflowCandidates(pool PoolAddress, workflowType string) []WorkerInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.builds[workflowKey{pool, workflowType}]
+	if o == nil {
+		return nil
+	}
+	seen := make(map[WorkerID]bool)
+	var out []WorkerInfo
+	for b := range o.first {
+		tr := r.triples[NewWorkflowTriple(pool.Namespace, pool.TaskQueue, workflowType, b)]
+		if tr == nil {
+			continue
+		}
+		for _, w := range tr.members {
+			if !seen[w.id] {
+				seen[w.id] = true
+				out = append(out, w.infoLocked())
+			}
+		}
+	}
+	return out
+}

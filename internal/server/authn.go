@@ -117,6 +117,9 @@ func httpMethod(r *http.Request) string {
 	case p == "/api/v1/activities" && !get:
 		return "/aion.v1.ActivityService/Schedule"
 	case strings.HasPrefix(p, "/api/v1/activities/") && get:
+		if seg := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/api/v1/activities/"), "/"); len(seg) == 3 && seg[2] == "why" {
+			return "/aion.v1.ActivityService/Why"
+		}
 		return "/aion.v1.ActivityService/Get"
 	case strings.HasPrefix(p, "/api/v1/activities/") && !get:
 		return "/aion.v1.ActivityService/Cancel"
@@ -126,6 +129,8 @@ func httpMethod(r *http.Request) string {
 		return "/aion.v1.WorkflowService/Start"
 	case strings.HasPrefix(p, "/api/v1/workflows/"):
 		return workflowRoute(r, get)
+	case p == "/api/v1/schedules" || strings.HasPrefix(p, "/api/v1/schedules/"):
+		return scheduleRoute(r)
 	case strings.HasPrefix(p, "/api/"):
 		return unlistedRoute
 	}
@@ -145,12 +150,48 @@ func workflowRoute(r *http.Request, get bool) string {
 		return "/aion.v1.WorkflowService/Get"
 	case len(seg) == 3 && get && seg[2] == "history":
 		return "/aion.v1.WorkflowService/History"
+	case len(seg) == 3 && get && seg[2] == "why":
+		return "/aion.v1.WorkflowService/Why"
 	case len(seg) == 3 && !get && seg[2] == "signal":
 		return "/aion.v1.WorkflowService/Signal"
 	case len(seg) == 3 && !get && seg[2] == "cancel":
 		return "/aion.v1.WorkflowService/Cancel"
 	case len(seg) == 3 && !get && seg[2] == "terminate":
 		return "/aion.v1.WorkflowService/Terminate"
+	}
+	return unlistedRoute
+}
+
+// scheduleRoute maps a route under /api/v1/schedules to its method.
+func scheduleRoute(r *http.Request) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), "/api/v1/schedules"), "/")
+	var seg []string
+	if rest != "" {
+		seg = strings.Split(rest, "/")
+	}
+	m := r.Method
+	switch {
+	case len(seg) == 0 && m == http.MethodGet:
+		return "/aion.v1.ScheduleService/List"
+	case len(seg) == 0 && m == http.MethodPost:
+		return "/aion.v1.ScheduleService/Create"
+	case len(seg) == 2 && m == http.MethodGet:
+		return "/aion.v1.ScheduleService/Get"
+	case len(seg) == 2 && m == http.MethodPut:
+		return "/aion.v1.ScheduleService/Update"
+	case len(seg) == 2 && m == http.MethodDelete:
+		return "/aion.v1.ScheduleService/Delete"
+	case len(seg) == 3 && m == http.MethodPost:
+		switch seg[2] {
+		case "pause":
+			return "/aion.v1.ScheduleService/Pause"
+		case "resume":
+			return "/aion.v1.ScheduleService/Resume"
+		case "trigger":
+			return "/aion.v1.ScheduleService/Trigger"
+		case "backfill":
+			return "/aion.v1.ScheduleService/Backfill"
+		}
 	}
 	return unlistedRoute
 }

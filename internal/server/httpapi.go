@@ -106,6 +106,11 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			return acts.Get(ctx, &aionv1.GetActivityRequest{Namespace: r.PathValue("namespace"), Id: r.PathValue("id")})
 		})
 	})
+	mux.HandleFunc("GET /api/v1/activities/{namespace}/{id}/why", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return acts.Why(ctx, &aionv1.WhyRequest{Namespace: r.PathValue("namespace"), Id: r.PathValue("id")})
+		})
+	})
 	mux.HandleFunc("POST /api/v1/activities/{namespace}/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, func(ctx context.Context) (proto.Message, error) {
 			return acts.Cancel(ctx, &aionv1.CancelRequest{Namespace: r.PathValue("namespace"), Id: r.PathValue("id"),
@@ -113,6 +118,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 		})
 	})
 	s.routeWorkflowAPI(mux)
+	s.routeScheduleAPI(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 }
 

@@ -49,6 +49,12 @@ func (s *Server) routeWorkflowAPI(mux *http.ServeMux) {
 				RunId: r.URL.Query().Get("run_id")})
 		})
 	})
+	mux.HandleFunc("GET /api/v1/workflows/{namespace}/{workflow_id}/why", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return wfs.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: r.PathValue("namespace"), WorkflowId: r.PathValue("workflow_id"),
+				RunId: r.URL.Query().Get("run_id")})
+		})
+	})
 	mux.HandleFunc("GET /api/v1/workflows/{namespace}/{workflow_id}/history", func(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, func(ctx context.Context) (proto.Message, error) {
 			q := r.URL.Query()

@@ -32,6 +32,7 @@ import (
 	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/scheduler"
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/store/postgres"
 	"github.com/aion-run/aion/internal/store/sqlite"
@@ -60,6 +61,7 @@ type Server struct {
 	minter  *namespace.Minter
 	reg     *registry.Registry
 	eng     *engine.Engine
+	sched   *scheduler.Scheduler
 	bus     *events.Bus
 	runs    *runFeed
 	metrics *metrics.Metrics
@@ -214,6 +216,8 @@ func (s *Server) wire() {
 		MaxPendingBytesPerNamespace: cfg.MaxPendingBytesPerNamespace,
 		MaxListBytes:                cfg.MaxListBytes,
 	})
+	s.sched = scheduler.New(scheduler.Config{Store: s.st, Engine: s.eng, Namespaces: s.minter, Log: s.log.With("part", "scheduler"),
+		Observer: s.metrics.Schedules(), MaxPayload: limit.Payload})
 	if clustered {
 		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
 			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,
@@ -303,6 +307,7 @@ func (s *Server) grpcServer() *grpc.Server {
 	s.register(&aionv1.WorkflowService_ServiceDesc, &workflowService{s: s})
 	s.register(&aionv1.NamespaceService_ServiceDesc, &namespaceService{s: s})
 	s.register(&aionv1.ClusterService_ServiceDesc, &clusterService{s: s})
+	s.register(&aionv1.ScheduleService_ServiceDesc, &scheduleService{s: s})
 	s.health = health.NewServer()
 	s.register(&healthpb.Health_ServiceDesc, s.health)
 	reflection.Register(s.grpc)
@@ -360,6 +365,12 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Info("store opened", "store", s.where, "mode", "cluster: open work stays in the store, claimed per worker")
 	} else {
 		s.log.Info("store opened", "store", s.where)
+	}
+	// Every server runs the scheduler; on a shared store their
+	// compare-and-set decisions and the ticks' deterministic action ids
+	// keep each tick to one fire.
+	if err := s.sched.Start(ctx); err != nil {
+		return err
 	}
 
 	bgCtx, stop := context.WithCancel(context.Background())
@@ -497,6 +508,10 @@ func (s *Server) stop(ctx context.Context) error {
 		s.stopBG()
 	}
 	s.bg.Wait()
+	// The scheduler stops before the engine it starts work through; a fire
+	// it decided and had not carried out is carried out after a restart or
+	// by another server.
+	serr := s.sched.Stop(ctx)
 	// The membership's loops stop before the engine, and the server leaves
 	// only after it: its last results are written while it still owns
 	// their activities, and whatever still runs is then handed over at once.
@@ -505,7 +520,7 @@ func (s *Server) stop(ctx context.Context) error {
 		cerr = s.cluster.Stop(ctx)
 	}
 	eerr := s.eng.Stop(ctx)
-	return errors.Join(herr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
+	return errors.Join(herr, serr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
 }
 
 // drain asks every worker to drain and waits, up to the drain timeout or

@@ -44,3 +44,27 @@ func TestWhyExplainsAWaitingActivityOverTheWire(t *testing.T) {
 		t.Fatalf("why with a bad id: %v, want InvalidArgument", err)
 	}
 }
+
+// WorkflowService.Why over the wire: a run no worker serves says so, an
+// unknown workflow is NotFound, a missing workflow id InvalidArgument.
+func TestWhyExplainsAWaitingRunOverTheWire(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := aionv1.NewWorkflowServiceClient(b.cc)
+	if _, err := wf.Start(ctx, &aionv1.StartWorkflowRequest{Namespace: "why", WorkflowId: "o-1", WorkflowType: "order",
+		Priority: 2}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := wf.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: "why", WorkflowId: "o-1"})
+	if err != nil || got.GetReason() != "no_worker" || !strings.Contains(got.GetMessage(), `workflow type "order"`) {
+		t.Fatalf("why o-1: %v, %v", got, err)
+	}
+	if _, err := wf.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: "why", WorkflowId: "ghost"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("why of an unknown workflow: %v, want NotFound", err)
+	}
+	if _, err := wf.Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: "why"}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "workflow_id") {
+		t.Fatalf("why without a workflow id: %v, want InvalidArgument naming workflow_id", err)
+	}
+}

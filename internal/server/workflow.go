@@ -42,6 +42,14 @@ func (ws *workflowService) Start(ctx context.Context, r *aionv1.StartWorkflowReq
 	return &aionv1.StartWorkflowResponse{Run: runToProto(rec, nil), Existing: existing}, nil
 }
 
+func (ws *workflowService) Why(ctx context.Context, r *aionv1.WhyWorkflowRequest) (*aionv1.WhyResponse, error) {
+	ex, err := ws.s.eng.WhyWorkflow(ctx, ws.s.caller(ctx), r.GetNamespace(), r.GetWorkflowId(), r.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return whyToProto(ex), nil
+}
+
 func (ws *workflowService) Get(ctx context.Context, r *aionv1.GetWorkflowRequest) (*aionv1.GetWorkflowResponse, error) {
 	v, err := ws.s.eng.GetWorkflow(ctx, ws.s.caller(ctx), r.GetNamespace(), r.GetWorkflowId(), r.GetRunId())
 	if err != nil {

@@ -161,6 +161,7 @@ type Store interface {
 	FlowStore
 	ActivityStore
 	WorkflowStore
+	ScheduleStore
 	// Close releases the backend's resources; it is safe to call once.
 	Close() error
 }

@@ -278,7 +278,8 @@ type WhyResponse struct {
 	State ActivityState `protobuf:"varint,1,opt,name=state,proto3,enum=aion.v1.ActivityState" json:"state,omitempty"`
 	// The reason: no_worker, node_pin, placement, slots_busy, namespace_in_flight_cap,
 	// concurrency_limit, rate_limited, delayed_start, retry_backoff, waiting_for_a_claim (in a
-	// cluster), being_recorded, running, closed.
+	// cluster), being_recorded, running, closed. For a run's workflow task also:
+	// waiting_on_steps, task_backoff, no_worker_of_its_build, held_by_another_server.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The reason in words, with its figures.
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`

@@ -124,11 +124,13 @@ func TestServiceMethods(t *testing.T) {
 		{aionv1.ActivityService_ServiceDesc, "aion.v1.ActivityService",
 			[]string{"Schedule", "ScheduleBatch", "Get", "Wait", "Cancel", "List", "Intervene", "Why"}, nil},
 		{aionv1.WorkflowService_ServiceDesc, "aion.v1.WorkflowService",
-			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History"}, nil},
+			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History", "Why"}, nil},
 		{aionv1.NamespaceService_ServiceDesc, "aion.v1.NamespaceService",
 			[]string{"Create", "Get", "List", "SetPlacement"}, nil},
 		{aionv1.ClusterService_ServiceDesc, "aion.v1.ClusterService",
 			[]string{"ListWorkers", "DrainWorker"}, []string{"Watch"}},
+		{aionv1.ScheduleService_ServiceDesc, "aion.v1.ScheduleService",
+			[]string{"Create", "Get", "List", "Update", "Pause", "Resume", "Trigger", "Backfill", "Delete"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,6 +175,7 @@ func TestEnumConventions(t *testing.T) {
 		aionv1.File_aion_v1_activity_proto,
 		aionv1.File_aion_v1_namespace_proto,
 		aionv1.File_aion_v1_cluster_proto,
+		aionv1.File_aion_v1_schedule_proto,
 	} {
 		enums := fd.Enums()
 		for i := range enums.Len() {

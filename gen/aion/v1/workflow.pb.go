@@ -1634,6 +1634,70 @@ func (x *TerminateWorkflowResponse) GetRun() *Run {
 	return nil
 }
 
+// WhyWorkflowRequest names the run to explain.
+type WhyWorkflowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the workflow.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Workflow id: its open (else latest) run.
+	WorkflowId string `protobuf:"bytes,2,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// Optional run id, to name one run.
+	RunId         string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhyWorkflowRequest) Reset() {
+	*x = WhyWorkflowRequest{}
+	mi := &file_aion_v1_workflow_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhyWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhyWorkflowRequest) ProtoMessage() {}
+
+func (x *WhyWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_workflow_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhyWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*WhyWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WhyWorkflowRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WhyWorkflowRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *WhyWorkflowRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
 // GetHistoryRequest selects a page of a run's events.
 type GetHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1653,7 +1717,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[18]
+	mi := &file_aion_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1729,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[18]
+	mi := &file_aion_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1742,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetHistoryRequest) GetNamespace() string {
@@ -1729,7 +1793,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[19]
+	mi := &file_aion_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1805,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[19]
+	mi := &file_aion_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1818,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHistoryResponse) GetEvents() []*HistoryEvent {
@@ -1803,7 +1867,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[20]
+	mi := &file_aion_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1879,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[20]
+	mi := &file_aion_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1892,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HistoryEvent) GetSeq() int64 {
@@ -2104,7 +2168,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[21]
+	mi := &file_aion_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2180,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[21]
+	mi := &file_aion_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2193,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkflowStarted) GetWorkflowType() string {
@@ -2196,7 +2260,7 @@ type WorkflowTaskCompleted struct {
 
 func (x *WorkflowTaskCompleted) Reset() {
 	*x = WorkflowTaskCompleted{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[22]
+	mi := &file_aion_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2272,7 @@ func (x *WorkflowTaskCompleted) String() string {
 func (*WorkflowTaskCompleted) ProtoMessage() {}
 
 func (x *WorkflowTaskCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[22]
+	mi := &file_aion_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2285,7 @@ func (x *WorkflowTaskCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowTaskCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowTaskCompleted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkflowTaskCompleted) GetSeenSeq() int64 {
@@ -2271,7 +2335,7 @@ type ActivityOptions struct {
 
 func (x *ActivityOptions) Reset() {
 	*x = ActivityOptions{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[23]
+	mi := &file_aion_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2347,7 @@ func (x *ActivityOptions) String() string {
 func (*ActivityOptions) ProtoMessage() {}
 
 func (x *ActivityOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[23]
+	mi := &file_aion_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2360,7 @@ func (x *ActivityOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityOptions.ProtoReflect.Descriptor instead.
 func (*ActivityOptions) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ActivityOptions) GetTaskQueue() string {
@@ -2374,7 +2438,7 @@ type ActivityScheduled struct {
 
 func (x *ActivityScheduled) Reset() {
 	*x = ActivityScheduled{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[24]
+	mi := &file_aion_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2450,7 @@ func (x *ActivityScheduled) String() string {
 func (*ActivityScheduled) ProtoMessage() {}
 
 func (x *ActivityScheduled) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[24]
+	mi := &file_aion_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2463,7 @@ func (x *ActivityScheduled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityScheduled.ProtoReflect.Descriptor instead.
 func (*ActivityScheduled) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ActivityScheduled) GetStep() int64 {
@@ -2454,7 +2518,7 @@ type ActivityClosed struct {
 
 func (x *ActivityClosed) Reset() {
 	*x = ActivityClosed{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[25]
+	mi := &file_aion_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2530,7 @@ func (x *ActivityClosed) String() string {
 func (*ActivityClosed) ProtoMessage() {}
 
 func (x *ActivityClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[25]
+	mi := &file_aion_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2543,7 @@ func (x *ActivityClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityClosed.ProtoReflect.Descriptor instead.
 func (*ActivityClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ActivityClosed) GetStep() int64 {
@@ -2525,7 +2589,7 @@ type TimerStarted struct {
 
 func (x *TimerStarted) Reset() {
 	*x = TimerStarted{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[26]
+	mi := &file_aion_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2601,7 @@ func (x *TimerStarted) String() string {
 func (*TimerStarted) ProtoMessage() {}
 
 func (x *TimerStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[26]
+	mi := &file_aion_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2614,7 @@ func (x *TimerStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerStarted.ProtoReflect.Descriptor instead.
 func (*TimerStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TimerStarted) GetStep() int64 {
@@ -2585,7 +2649,7 @@ type TimerFired struct {
 
 func (x *TimerFired) Reset() {
 	*x = TimerFired{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[27]
+	mi := &file_aion_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2661,7 @@ func (x *TimerFired) String() string {
 func (*TimerFired) ProtoMessage() {}
 
 func (x *TimerFired) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[27]
+	mi := &file_aion_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2674,7 @@ func (x *TimerFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
 func (*TimerFired) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TimerFired) GetStep() int64 {
@@ -2631,7 +2695,7 @@ type TimerCanceled struct {
 
 func (x *TimerCanceled) Reset() {
 	*x = TimerCanceled{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[28]
+	mi := &file_aion_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2707,7 @@ func (x *TimerCanceled) String() string {
 func (*TimerCanceled) ProtoMessage() {}
 
 func (x *TimerCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[28]
+	mi := &file_aion_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2720,7 @@ func (x *TimerCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerCanceled.ProtoReflect.Descriptor instead.
 func (*TimerCanceled) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TimerCanceled) GetStep() int64 {
@@ -2679,7 +2743,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[29]
+	mi := &file_aion_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2755,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[29]
+	mi := &file_aion_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2768,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{29}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -2736,7 +2800,7 @@ type SideEffectRecorded struct {
 
 func (x *SideEffectRecorded) Reset() {
 	*x = SideEffectRecorded{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[30]
+	mi := &file_aion_v1_workflow_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2812,7 @@ func (x *SideEffectRecorded) String() string {
 func (*SideEffectRecorded) ProtoMessage() {}
 
 func (x *SideEffectRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[30]
+	mi := &file_aion_v1_workflow_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2825,7 @@ func (x *SideEffectRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SideEffectRecorded.ProtoReflect.Descriptor instead.
 func (*SideEffectRecorded) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{30}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SideEffectRecorded) GetStep() int64 {
@@ -2806,7 +2870,7 @@ type ChildStarted struct {
 
 func (x *ChildStarted) Reset() {
 	*x = ChildStarted{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[31]
+	mi := &file_aion_v1_workflow_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2882,7 @@ func (x *ChildStarted) String() string {
 func (*ChildStarted) ProtoMessage() {}
 
 func (x *ChildStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[31]
+	mi := &file_aion_v1_workflow_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2895,7 @@ func (x *ChildStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildStarted.ProtoReflect.Descriptor instead.
 func (*ChildStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{31}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ChildStarted) GetStep() int64 {
@@ -2893,7 +2957,7 @@ type ChildClosed struct {
 
 func (x *ChildClosed) Reset() {
 	*x = ChildClosed{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[32]
+	mi := &file_aion_v1_workflow_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +2969,7 @@ func (x *ChildClosed) String() string {
 func (*ChildClosed) ProtoMessage() {}
 
 func (x *ChildClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[32]
+	mi := &file_aion_v1_workflow_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +2982,7 @@ func (x *ChildClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildClosed.ProtoReflect.Descriptor instead.
 func (*ChildClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{32}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ChildClosed) GetStep() int64 {
@@ -2960,7 +3024,7 @@ type CancelRequested struct {
 
 func (x *CancelRequested) Reset() {
 	*x = CancelRequested{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[33]
+	mi := &file_aion_v1_workflow_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3036,7 @@ func (x *CancelRequested) String() string {
 func (*CancelRequested) ProtoMessage() {}
 
 func (x *CancelRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[33]
+	mi := &file_aion_v1_workflow_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3049,7 @@ func (x *CancelRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequested.ProtoReflect.Descriptor instead.
 func (*CancelRequested) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{33}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelRequested) GetReason() string {
@@ -3006,7 +3070,7 @@ type ActivityCancelRequested struct {
 
 func (x *ActivityCancelRequested) Reset() {
 	*x = ActivityCancelRequested{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[34]
+	mi := &file_aion_v1_workflow_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3082,7 @@ func (x *ActivityCancelRequested) String() string {
 func (*ActivityCancelRequested) ProtoMessage() {}
 
 func (x *ActivityCancelRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[34]
+	mi := &file_aion_v1_workflow_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3095,7 @@ func (x *ActivityCancelRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityCancelRequested.ProtoReflect.Descriptor instead.
 func (*ActivityCancelRequested) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{34}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ActivityCancelRequested) GetStep() int64 {
@@ -3060,7 +3124,7 @@ type WorkflowClosed struct {
 
 func (x *WorkflowClosed) Reset() {
 	*x = WorkflowClosed{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[35]
+	mi := &file_aion_v1_workflow_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3136,7 @@ func (x *WorkflowClosed) String() string {
 func (*WorkflowClosed) ProtoMessage() {}
 
 func (x *WorkflowClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[35]
+	mi := &file_aion_v1_workflow_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3149,7 @@ func (x *WorkflowClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowClosed.ProtoReflect.Descriptor instead.
 func (*WorkflowClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{35}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkflowClosed) GetStatus() RunStatus {
@@ -3155,7 +3219,7 @@ type WorkflowTask struct {
 
 func (x *WorkflowTask) Reset() {
 	*x = WorkflowTask{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[36]
+	mi := &file_aion_v1_workflow_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3231,7 @@ func (x *WorkflowTask) String() string {
 func (*WorkflowTask) ProtoMessage() {}
 
 func (x *WorkflowTask) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[36]
+	mi := &file_aion_v1_workflow_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3244,7 @@ func (x *WorkflowTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowTask.ProtoReflect.Descriptor instead.
 func (*WorkflowTask) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{36}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WorkflowTask) GetNamespace() string {
@@ -3268,7 +3332,7 @@ type WorkflowQuery struct {
 
 func (x *WorkflowQuery) Reset() {
 	*x = WorkflowQuery{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[37]
+	mi := &file_aion_v1_workflow_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3344,7 @@ func (x *WorkflowQuery) String() string {
 func (*WorkflowQuery) ProtoMessage() {}
 
 func (x *WorkflowQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[37]
+	mi := &file_aion_v1_workflow_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3357,7 @@ func (x *WorkflowQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowQuery.ProtoReflect.Descriptor instead.
 func (*WorkflowQuery) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{37}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkflowQuery) GetQueryId() string {
@@ -3338,7 +3402,7 @@ type WorkflowCommand struct {
 
 func (x *WorkflowCommand) Reset() {
 	*x = WorkflowCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[38]
+	mi := &file_aion_v1_workflow_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3414,7 @@ func (x *WorkflowCommand) String() string {
 func (*WorkflowCommand) ProtoMessage() {}
 
 func (x *WorkflowCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[38]
+	mi := &file_aion_v1_workflow_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3427,7 @@ func (x *WorkflowCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCommand.ProtoReflect.Descriptor instead.
 func (*WorkflowCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{38}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WorkflowCommand) GetCommand() isWorkflowCommand_Command {
@@ -3506,7 +3570,7 @@ type ScheduleActivityCommand struct {
 
 func (x *ScheduleActivityCommand) Reset() {
 	*x = ScheduleActivityCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[39]
+	mi := &file_aion_v1_workflow_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3582,7 @@ func (x *ScheduleActivityCommand) String() string {
 func (*ScheduleActivityCommand) ProtoMessage() {}
 
 func (x *ScheduleActivityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[39]
+	mi := &file_aion_v1_workflow_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3595,7 @@ func (x *ScheduleActivityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleActivityCommand.ProtoReflect.Descriptor instead.
 func (*ScheduleActivityCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{39}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScheduleActivityCommand) GetStep() int64 {
@@ -3577,7 +3641,7 @@ type StartTimerCommand struct {
 
 func (x *StartTimerCommand) Reset() {
 	*x = StartTimerCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[40]
+	mi := &file_aion_v1_workflow_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +3653,7 @@ func (x *StartTimerCommand) String() string {
 func (*StartTimerCommand) ProtoMessage() {}
 
 func (x *StartTimerCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[40]
+	mi := &file_aion_v1_workflow_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +3666,7 @@ func (x *StartTimerCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTimerCommand.ProtoReflect.Descriptor instead.
 func (*StartTimerCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{40}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StartTimerCommand) GetStep() int64 {
@@ -3637,7 +3701,7 @@ type CancelTimerCommand struct {
 
 func (x *CancelTimerCommand) Reset() {
 	*x = CancelTimerCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[41]
+	mi := &file_aion_v1_workflow_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3713,7 @@ func (x *CancelTimerCommand) String() string {
 func (*CancelTimerCommand) ProtoMessage() {}
 
 func (x *CancelTimerCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[41]
+	mi := &file_aion_v1_workflow_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3726,7 @@ func (x *CancelTimerCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTimerCommand.ProtoReflect.Descriptor instead.
 func (*CancelTimerCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{41}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelTimerCommand) GetStep() int64 {
@@ -3687,7 +3751,7 @@ type RecordSideEffectCommand struct {
 
 func (x *RecordSideEffectCommand) Reset() {
 	*x = RecordSideEffectCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[42]
+	mi := &file_aion_v1_workflow_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3763,7 @@ func (x *RecordSideEffectCommand) String() string {
 func (*RecordSideEffectCommand) ProtoMessage() {}
 
 func (x *RecordSideEffectCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[42]
+	mi := &file_aion_v1_workflow_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3776,7 @@ func (x *RecordSideEffectCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSideEffectCommand.ProtoReflect.Descriptor instead.
 func (*RecordSideEffectCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{42}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RecordSideEffectCommand) GetStep() int64 {
@@ -3755,7 +3819,7 @@ type StartChildCommand struct {
 
 func (x *StartChildCommand) Reset() {
 	*x = StartChildCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[43]
+	mi := &file_aion_v1_workflow_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3831,7 @@ func (x *StartChildCommand) String() string {
 func (*StartChildCommand) ProtoMessage() {}
 
 func (x *StartChildCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[43]
+	mi := &file_aion_v1_workflow_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3844,7 @@ func (x *StartChildCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartChildCommand.ProtoReflect.Descriptor instead.
 func (*StartChildCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{43}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StartChildCommand) GetStep() int64 {
@@ -3829,7 +3893,7 @@ type CancelActivityCommand struct {
 
 func (x *CancelActivityCommand) Reset() {
 	*x = CancelActivityCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[44]
+	mi := &file_aion_v1_workflow_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3905,7 @@ func (x *CancelActivityCommand) String() string {
 func (*CancelActivityCommand) ProtoMessage() {}
 
 func (x *CancelActivityCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[44]
+	mi := &file_aion_v1_workflow_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3918,7 @@ func (x *CancelActivityCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelActivityCommand.ProtoReflect.Descriptor instead.
 func (*CancelActivityCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{44}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelActivityCommand) GetStep() int64 {
@@ -3881,7 +3945,7 @@ type CloseWorkflowCommand struct {
 
 func (x *CloseWorkflowCommand) Reset() {
 	*x = CloseWorkflowCommand{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[45]
+	mi := &file_aion_v1_workflow_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +3957,7 @@ func (x *CloseWorkflowCommand) String() string {
 func (*CloseWorkflowCommand) ProtoMessage() {}
 
 func (x *CloseWorkflowCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[45]
+	mi := &file_aion_v1_workflow_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +3970,7 @@ func (x *CloseWorkflowCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseWorkflowCommand.ProtoReflect.Descriptor instead.
 func (*CloseWorkflowCommand) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{45}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CloseWorkflowCommand) GetStatus() RunStatus {
@@ -3963,7 +4027,7 @@ type WorkflowTaskResult struct {
 
 func (x *WorkflowTaskResult) Reset() {
 	*x = WorkflowTaskResult{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[46]
+	mi := &file_aion_v1_workflow_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4039,7 @@ func (x *WorkflowTaskResult) String() string {
 func (*WorkflowTaskResult) ProtoMessage() {}
 
 func (x *WorkflowTaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[46]
+	mi := &file_aion_v1_workflow_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4052,7 @@ func (x *WorkflowTaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowTaskResult.ProtoReflect.Descriptor instead.
 func (*WorkflowTaskResult) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{46}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WorkflowTaskResult) GetNamespace() string {
@@ -4055,7 +4119,7 @@ type QueryAnswer struct {
 
 func (x *QueryAnswer) Reset() {
 	*x = QueryAnswer{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[47]
+	mi := &file_aion_v1_workflow_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4131,7 @@ func (x *QueryAnswer) String() string {
 func (*QueryAnswer) ProtoMessage() {}
 
 func (x *QueryAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[47]
+	mi := &file_aion_v1_workflow_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4144,7 @@ func (x *QueryAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryAnswer.ProtoReflect.Descriptor instead.
 func (*QueryAnswer) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{47}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueryAnswer) GetQueryId() string {
@@ -4123,7 +4187,7 @@ type WorkflowTaskAck struct {
 
 func (x *WorkflowTaskAck) Reset() {
 	*x = WorkflowTaskAck{}
-	mi := &file_aion_v1_workflow_proto_msgTypes[48]
+	mi := &file_aion_v1_workflow_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4199,7 @@ func (x *WorkflowTaskAck) String() string {
 func (*WorkflowTaskAck) ProtoMessage() {}
 
 func (x *WorkflowTaskAck) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_workflow_proto_msgTypes[48]
+	mi := &file_aion_v1_workflow_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4212,7 @@ func (x *WorkflowTaskAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowTaskAck.ProtoReflect.Descriptor instead.
 func (*WorkflowTaskAck) Descriptor() ([]byte, []int) {
-	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{48}
+	return file_aion_v1_workflow_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WorkflowTaskAck) GetNamespace() string {
@@ -4183,7 +4247,7 @@ var File_aion_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\a\n" +
+	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x16aion/v1/activity.proto\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\a\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4305,7 +4369,12 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\";\n" +
 	"\x19TerminateWorkflowResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\"\xa5\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\"j\n" +
+	"\x12WhyWorkflowRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
+	"\vworkflow_id\x18\x02 \x01(\tR\n" +
+	"workflowId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\"\xa5\x01\n" +
 	"\x11GetHistoryRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4508,7 +4577,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x12STEP_KIND_ACTIVITY\x10\x01\x12\x13\n" +
 	"\x0fSTEP_KIND_TIMER\x10\x02\x12\x19\n" +
 	"\x15STEP_KIND_SIDE_EFFECT\x10\x03\x12\x13\n" +
-	"\x0fSTEP_KIND_CHILD\x10\x042\x9d\x05\n" +
+	"\x0fSTEP_KIND_CHILD\x10\x042\xd7\x05\n" +
 	"\x0fWorkflowService\x12F\n" +
 	"\x05Start\x12\x1d.aion.v1.StartWorkflowRequest\x1a\x1e.aion.v1.StartWorkflowResponse\x12@\n" +
 	"\x03Get\x12\x1b.aion.v1.GetWorkflowRequest\x1a\x1c.aion.v1.GetWorkflowResponse\x12E\n" +
@@ -4518,7 +4587,8 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x05Query\x12\x1d.aion.v1.QueryWorkflowRequest\x1a\x1e.aion.v1.QueryWorkflowResponse\x12I\n" +
 	"\x06Cancel\x12\x1e.aion.v1.CancelWorkflowRequest\x1a\x1f.aion.v1.CancelWorkflowResponse\x12R\n" +
 	"\tTerminate\x12!.aion.v1.TerminateWorkflowRequest\x1a\".aion.v1.TerminateWorkflowResponse\x12B\n" +
-	"\aHistory\x12\x1a.aion.v1.GetHistoryRequest\x1a\x1b.aion.v1.GetHistoryResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
+	"\aHistory\x12\x1a.aion.v1.GetHistoryRequest\x1a\x1b.aion.v1.GetHistoryResponse\x128\n" +
+	"\x03Why\x12\x1b.aion.v1.WhyWorkflowRequest\x1a\x14.aion.v1.WhyResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
 var (
 	file_aion_v1_workflow_proto_rawDescOnce sync.Once
@@ -4533,7 +4603,7 @@ func file_aion_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aion_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_aion_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_aion_v1_workflow_proto_goTypes = []any{
 	(RunStatus)(0),                    // 0: aion.v1.RunStatus
 	(IDReusePolicy)(0),                // 1: aion.v1.IDReusePolicy
@@ -4556,54 +4626,56 @@ var file_aion_v1_workflow_proto_goTypes = []any{
 	(*CancelWorkflowResponse)(nil),    // 18: aion.v1.CancelWorkflowResponse
 	(*TerminateWorkflowRequest)(nil),  // 19: aion.v1.TerminateWorkflowRequest
 	(*TerminateWorkflowResponse)(nil), // 20: aion.v1.TerminateWorkflowResponse
-	(*GetHistoryRequest)(nil),         // 21: aion.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),        // 22: aion.v1.GetHistoryResponse
-	(*HistoryEvent)(nil),              // 23: aion.v1.HistoryEvent
-	(*WorkflowStarted)(nil),           // 24: aion.v1.WorkflowStarted
-	(*WorkflowTaskCompleted)(nil),     // 25: aion.v1.WorkflowTaskCompleted
-	(*ActivityOptions)(nil),           // 26: aion.v1.ActivityOptions
-	(*ActivityScheduled)(nil),         // 27: aion.v1.ActivityScheduled
-	(*ActivityClosed)(nil),            // 28: aion.v1.ActivityClosed
-	(*TimerStarted)(nil),              // 29: aion.v1.TimerStarted
-	(*TimerFired)(nil),                // 30: aion.v1.TimerFired
-	(*TimerCanceled)(nil),             // 31: aion.v1.TimerCanceled
-	(*SignalReceived)(nil),            // 32: aion.v1.SignalReceived
-	(*SideEffectRecorded)(nil),        // 33: aion.v1.SideEffectRecorded
-	(*ChildStarted)(nil),              // 34: aion.v1.ChildStarted
-	(*ChildClosed)(nil),               // 35: aion.v1.ChildClosed
-	(*CancelRequested)(nil),           // 36: aion.v1.CancelRequested
-	(*ActivityCancelRequested)(nil),   // 37: aion.v1.ActivityCancelRequested
-	(*WorkflowClosed)(nil),            // 38: aion.v1.WorkflowClosed
-	(*WorkflowTask)(nil),              // 39: aion.v1.WorkflowTask
-	(*WorkflowQuery)(nil),             // 40: aion.v1.WorkflowQuery
-	(*WorkflowCommand)(nil),           // 41: aion.v1.WorkflowCommand
-	(*ScheduleActivityCommand)(nil),   // 42: aion.v1.ScheduleActivityCommand
-	(*StartTimerCommand)(nil),         // 43: aion.v1.StartTimerCommand
-	(*CancelTimerCommand)(nil),        // 44: aion.v1.CancelTimerCommand
-	(*RecordSideEffectCommand)(nil),   // 45: aion.v1.RecordSideEffectCommand
-	(*StartChildCommand)(nil),         // 46: aion.v1.StartChildCommand
-	(*CancelActivityCommand)(nil),     // 47: aion.v1.CancelActivityCommand
-	(*CloseWorkflowCommand)(nil),      // 48: aion.v1.CloseWorkflowCommand
-	(*WorkflowTaskResult)(nil),        // 49: aion.v1.WorkflowTaskResult
-	(*QueryAnswer)(nil),               // 50: aion.v1.QueryAnswer
-	(*WorkflowTaskAck)(nil),           // 51: aion.v1.WorkflowTaskAck
-	(*Failure)(nil),                   // 52: aion.v1.Failure
-	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 54: google.protobuf.Duration
-	(*RetryPolicy)(nil),               // 55: aion.v1.RetryPolicy
+	(*WhyWorkflowRequest)(nil),        // 21: aion.v1.WhyWorkflowRequest
+	(*GetHistoryRequest)(nil),         // 22: aion.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),        // 23: aion.v1.GetHistoryResponse
+	(*HistoryEvent)(nil),              // 24: aion.v1.HistoryEvent
+	(*WorkflowStarted)(nil),           // 25: aion.v1.WorkflowStarted
+	(*WorkflowTaskCompleted)(nil),     // 26: aion.v1.WorkflowTaskCompleted
+	(*ActivityOptions)(nil),           // 27: aion.v1.ActivityOptions
+	(*ActivityScheduled)(nil),         // 28: aion.v1.ActivityScheduled
+	(*ActivityClosed)(nil),            // 29: aion.v1.ActivityClosed
+	(*TimerStarted)(nil),              // 30: aion.v1.TimerStarted
+	(*TimerFired)(nil),                // 31: aion.v1.TimerFired
+	(*TimerCanceled)(nil),             // 32: aion.v1.TimerCanceled
+	(*SignalReceived)(nil),            // 33: aion.v1.SignalReceived
+	(*SideEffectRecorded)(nil),        // 34: aion.v1.SideEffectRecorded
+	(*ChildStarted)(nil),              // 35: aion.v1.ChildStarted
+	(*ChildClosed)(nil),               // 36: aion.v1.ChildClosed
+	(*CancelRequested)(nil),           // 37: aion.v1.CancelRequested
+	(*ActivityCancelRequested)(nil),   // 38: aion.v1.ActivityCancelRequested
+	(*WorkflowClosed)(nil),            // 39: aion.v1.WorkflowClosed
+	(*WorkflowTask)(nil),              // 40: aion.v1.WorkflowTask
+	(*WorkflowQuery)(nil),             // 41: aion.v1.WorkflowQuery
+	(*WorkflowCommand)(nil),           // 42: aion.v1.WorkflowCommand
+	(*ScheduleActivityCommand)(nil),   // 43: aion.v1.ScheduleActivityCommand
+	(*StartTimerCommand)(nil),         // 44: aion.v1.StartTimerCommand
+	(*CancelTimerCommand)(nil),        // 45: aion.v1.CancelTimerCommand
+	(*RecordSideEffectCommand)(nil),   // 46: aion.v1.RecordSideEffectCommand
+	(*StartChildCommand)(nil),         // 47: aion.v1.StartChildCommand
+	(*CancelActivityCommand)(nil),     // 48: aion.v1.CancelActivityCommand
+	(*CloseWorkflowCommand)(nil),      // 49: aion.v1.CloseWorkflowCommand
+	(*WorkflowTaskResult)(nil),        // 50: aion.v1.WorkflowTaskResult
+	(*QueryAnswer)(nil),               // 51: aion.v1.QueryAnswer
+	(*WorkflowTaskAck)(nil),           // 52: aion.v1.WorkflowTaskAck
+	(*Failure)(nil),                   // 53: aion.v1.Failure
+	(*timestamppb.Timestamp)(nil),     // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 55: google.protobuf.Duration
+	(*RetryPolicy)(nil),               // 56: aion.v1.RetryPolicy
+	(*WhyResponse)(nil),               // 57: aion.v1.WhyResponse
 }
 var file_aion_v1_workflow_proto_depIdxs = []int32{
 	0,  // 0: aion.v1.Run.status:type_name -> aion.v1.RunStatus
-	52, // 1: aion.v1.Run.failure:type_name -> aion.v1.Failure
-	53, // 2: aion.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	53, // 3: aion.v1.Run.close_time:type_name -> google.protobuf.Timestamp
+	53, // 1: aion.v1.Run.failure:type_name -> aion.v1.Failure
+	54, // 2: aion.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	54, // 3: aion.v1.Run.close_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: aion.v1.Run.pending_steps:type_name -> aion.v1.PendingStep
-	53, // 5: aion.v1.Run.schedule_time:type_name -> google.protobuf.Timestamp
+	54, // 5: aion.v1.Run.schedule_time:type_name -> google.protobuf.Timestamp
 	2,  // 6: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
-	53, // 7: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
+	54, // 7: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
-	54, // 9: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
-	53, // 10: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
+	55, // 9: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
+	54, // 10: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
 	3,  // 11: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
 	3,  // 12: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
 	0,  // 13: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
@@ -4611,51 +4683,51 @@ var file_aion_v1_workflow_proto_depIdxs = []int32{
 	3,  // 15: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
 	3,  // 16: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
 	3,  // 17: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
-	23, // 18: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
-	53, // 19: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 20: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
-	25, // 21: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
-	27, // 22: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
-	28, // 23: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
-	29, // 24: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
-	30, // 25: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
-	31, // 26: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
-	32, // 27: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
-	33, // 28: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
-	34, // 29: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
-	35, // 30: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
-	36, // 31: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
-	37, // 32: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
-	38, // 33: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
-	53, // 34: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
-	54, // 35: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	54, // 36: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 37: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	54, // 38: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
-	55, // 39: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
-	26, // 40: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
-	52, // 41: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
-	53, // 42: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
+	24, // 18: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
+	54, // 19: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 20: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
+	26, // 21: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
+	28, // 22: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
+	29, // 23: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
+	30, // 24: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
+	31, // 25: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
+	32, // 26: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
+	33, // 27: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
+	34, // 28: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
+	35, // 29: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
+	36, // 30: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
+	37, // 31: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
+	38, // 32: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
+	39, // 33: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
+	54, // 34: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
+	55, // 35: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	55, // 36: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
+	55, // 37: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	55, // 38: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
+	56, // 39: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
+	27, // 40: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
+	53, // 41: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
+	54, // 42: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
 	0,  // 43: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
-	52, // 44: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
+	53, // 44: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
 	0,  // 45: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
-	52, // 46: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
-	23, // 47: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
-	40, // 48: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
-	42, // 49: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
-	43, // 50: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
-	44, // 51: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
-	45, // 52: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
-	46, // 53: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
-	47, // 54: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
-	48, // 55: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
-	26, // 56: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
-	54, // 57: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
+	53, // 46: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
+	24, // 47: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
+	41, // 48: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
+	43, // 49: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
+	44, // 50: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
+	45, // 51: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
+	46, // 52: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
+	47, // 53: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
+	48, // 54: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
+	49, // 55: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
+	27, // 56: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
+	55, // 57: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
 	0,  // 58: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
-	52, // 59: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
-	41, // 60: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
-	52, // 61: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
-	50, // 62: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
+	53, // 59: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
+	42, // 60: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
+	53, // 61: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
+	51, // 62: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
 	5,  // 63: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
 	7,  // 64: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
 	9,  // 65: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
@@ -4664,18 +4736,20 @@ var file_aion_v1_workflow_proto_depIdxs = []int32{
 	15, // 68: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
 	17, // 69: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
 	19, // 70: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
-	21, // 71: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
-	6,  // 72: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
-	8,  // 73: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
-	10, // 74: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
-	12, // 75: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
-	14, // 76: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
-	16, // 77: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
-	18, // 78: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
-	20, // 79: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
-	22, // 80: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
-	72, // [72:81] is the sub-list for method output_type
-	63, // [63:72] is the sub-list for method input_type
+	22, // 71: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
+	21, // 72: aion.v1.WorkflowService.Why:input_type -> aion.v1.WhyWorkflowRequest
+	6,  // 73: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
+	8,  // 74: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
+	10, // 75: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
+	12, // 76: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
+	14, // 77: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
+	16, // 78: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
+	18, // 79: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
+	20, // 80: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
+	23, // 81: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
+	57, // 82: aion.v1.WorkflowService.Why:output_type -> aion.v1.WhyResponse
+	73, // [73:83] is the sub-list for method output_type
+	63, // [63:73] is the sub-list for method input_type
 	63, // [63:63] is the sub-list for extension type_name
 	63, // [63:63] is the sub-list for extension extendee
 	0,  // [0:63] is the sub-list for field type_name
@@ -4686,8 +4760,9 @@ func file_aion_v1_workflow_proto_init() {
 	if File_aion_v1_workflow_proto != nil {
 		return
 	}
+	file_aion_v1_activity_proto_init()
 	file_aion_v1_common_proto_init()
-	file_aion_v1_workflow_proto_msgTypes[20].OneofWrappers = []any{
+	file_aion_v1_workflow_proto_msgTypes[21].OneofWrappers = []any{
 		(*HistoryEvent_WorkflowStarted)(nil),
 		(*HistoryEvent_WorkflowTaskCompleted)(nil),
 		(*HistoryEvent_ActivityScheduled)(nil),
@@ -4703,7 +4778,7 @@ func file_aion_v1_workflow_proto_init() {
 		(*HistoryEvent_ActivityCancelRequested)(nil),
 		(*HistoryEvent_WorkflowClosed)(nil),
 	}
-	file_aion_v1_workflow_proto_msgTypes[38].OneofWrappers = []any{
+	file_aion_v1_workflow_proto_msgTypes[39].OneofWrappers = []any{
 		(*WorkflowCommand_ScheduleActivity)(nil),
 		(*WorkflowCommand_StartTimer)(nil),
 		(*WorkflowCommand_CancelTimer)(nil),
@@ -4718,7 +4793,7 @@ func file_aion_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_workflow_proto_rawDesc), len(file_aion_v1_workflow_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

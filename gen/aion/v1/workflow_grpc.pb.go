@@ -35,6 +35,7 @@ const (
 	WorkflowService_Cancel_FullMethodName    = "/aion.v1.WorkflowService/Cancel"
 	WorkflowService_Terminate_FullMethodName = "/aion.v1.WorkflowService/Terminate"
 	WorkflowService_History_FullMethodName   = "/aion.v1.WorkflowService/History"
+	WorkflowService_Why_FullMethodName       = "/aion.v1.WorkflowService/Why"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -67,6 +68,11 @@ type WorkflowServiceClient interface {
 	Terminate(ctx context.Context, in *TerminateWorkflowRequest, opts ...grpc.CallOption) (*TerminateWorkflowResponse, error)
 	// History returns a run's events in order, one page at a time.
 	History(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
+	// Why explains, from the server's live state, why an open run has no workflow task running:
+	// it waits on its steps; no connected worker serves its workflow type, or none of its build;
+	// every workflow slot is busy (and how many runs wait before it); its delayed start or a failed
+	// task's backoff has not come; another server of the cluster holds it.
+	Why(ctx context.Context, in *WhyWorkflowRequest, opts ...grpc.CallOption) (*WhyResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -167,6 +173,16 @@ func (c *workflowServiceClient) History(ctx context.Context, in *GetHistoryReque
 	return out, nil
 }
 
+func (c *workflowServiceClient) Why(ctx context.Context, in *WhyWorkflowRequest, opts ...grpc.CallOption) (*WhyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhyResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_Why_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -197,6 +213,11 @@ type WorkflowServiceServer interface {
 	Terminate(context.Context, *TerminateWorkflowRequest) (*TerminateWorkflowResponse, error)
 	// History returns a run's events in order, one page at a time.
 	History(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
+	// Why explains, from the server's live state, why an open run has no workflow task running:
+	// it waits on its steps; no connected worker serves its workflow type, or none of its build;
+	// every workflow slot is busy (and how many runs wait before it); its delayed start or a failed
+	// task's backoff has not come; another server of the cluster holds it.
+	Why(context.Context, *WhyWorkflowRequest) (*WhyResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -233,6 +254,9 @@ func (UnimplementedWorkflowServiceServer) Terminate(context.Context, *TerminateW
 }
 func (UnimplementedWorkflowServiceServer) History(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method History not implemented")
+}
+func (UnimplementedWorkflowServiceServer) Why(context.Context, *WhyWorkflowRequest) (*WhyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Why not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -417,6 +441,24 @@ func _WorkflowService_History_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_Why_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhyWorkflowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).Why(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_Why_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).Why(ctx, req.(*WhyWorkflowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -459,6 +501,10 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "History",
 			Handler:    _WorkflowService_History_Handler,
+		},
+		{
+			MethodName: "Why",
+			Handler:    _WorkflowService_Why_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -219,6 +219,23 @@ var migrations = []string{
 		ADD COLUMN concurrency_key text NOT NULL DEFAULT '',
 		ADD COLUMN schedule_id text NOT NULL DEFAULT '',
 		ADD COLUMN schedule_time bigint NOT NULL DEFAULT 0`,
+	// Schedules: the definition and the scheduler's state as JSON, the
+	// action's input beside them, a version for compare-and-set updates
+	// by the servers of a cluster, and when a scheduler must next look (0
+	// for never), indexed for the schedulers' scans.
+	`CREATE TABLE schedules (
+		namespace  text NOT NULL,
+		id         text NOT NULL,
+		version    bigint NOT NULL,
+		next_due   bigint NOT NULL,
+		created_at bigint NOT NULL,
+		updated_at bigint NOT NULL,
+		definition jsonb NOT NULL,
+		state      jsonb NOT NULL,
+		input      bytea NOT NULL,
+		PRIMARY KEY (namespace, id)
+	);
+	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
 	// Flow limits per namespace, kind and type; the token buckets of their
 	// rates (key '' for a rate of the whole type), which claims update; and
 	// the running activities by concurrency key, which claims count.

@@ -434,6 +434,23 @@ var migrations = []string{
 	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
 	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
 	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq)`,
+	// Schedules: the definition and the scheduler's state as JSON, the
+	// action's input beside them, a version for compare-and-set updates,
+	// and when a scheduler must next look (0 for never), indexed for the
+	// scheduler's scan.
+	`CREATE TABLE schedules (
+		namespace  TEXT NOT NULL,
+		id         TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		next_due   INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		definition TEXT NOT NULL,
+		state      TEXT NOT NULL,
+		input      BLOB NOT NULL,
+		PRIMARY KEY (namespace, id)
+	) STRICT;
+	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
 	// Flow limits: per namespace, kind and type, a concurrency limit per
 	// concurrency key and a token-bucket rate.
 	`CREATE TABLE flow_limits (

@@ -32,6 +32,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runWorkflow(t, open)
 	})
+	t.Run("Schedule", func(t *testing.T) {
+		t.Parallel()
+		runSchedule(t, open)
+	})
 	t.Run("Flow", func(t *testing.T) {
 		t.Parallel()
 		runFlow(t, open)

@@ -848,11 +848,48 @@ async function loadDetail() {
     return;
   }
   if (acts.detail !== d) return;
-  const json = JSON.stringify(res.activity);
+  const why = await explain(`/api/v1/activities/${encodeURIComponent(d.ns)}/${encodeURIComponent(d.id)}/why`, actState(res.activity || {}) !== "scheduled");
+  if (acts.detail !== d) return;
+  const json = JSON.stringify([res.activity, why]);
   if (json === acts.detailJSON) return;
   acts.detailJSON = json;
-  renderDetail(res.activity || {});
+  renderDetail(res.activity || {}, why);
   box.hidden = false;
+}
+
+// explain reads a why route, unless skip: the reason something waits, or an
+// error text when the server could not say.
+async function explain(path, skip) {
+  if (skip) return null;
+  try {
+    return await api(path);
+  } catch (err) {
+    return { reason: "unknown", message: err.message };
+  }
+}
+
+// whyBox shows why work waits, as the why routes explain it.
+function whyBox(why) {
+  if (!why) return null;
+  return h(
+    "div",
+    { className: "why", dataset: { testid: "why", reason: why.reason || "" } },
+    h("strong", {}, "Why it waits: "),
+    h("span", { className: "mono" }, why.reason || "unknown"),
+    " — ",
+    h("span", {}, why.message || ""),
+    why.until ? h("span", { className: "muted" }, ` (until ${fmt.clock(why.until)})`) : null,
+  );
+}
+
+// flowPairs are the key-value rows of what places work in its pool.
+function flowPairs(x) {
+  return [
+    ["priority", x.priority && x.priority !== 3 ? String(x.priority) : ""],
+    ["fairness key", x.fairness_key ? `${x.fairness_key} (weight ${x.fairness_weight || 1})` : ""],
+    ["concurrency key", x.concurrency_key],
+    ["schedule", x.schedule_id && `${x.schedule_id} (tick ${fmt.clock(x.schedule_time)})`],
+  ];
 }
 
 function detailHead(id, st) {
@@ -878,7 +915,7 @@ function retrySummary(p) {
   return `${max}, ${fmt.human(fmt.seconds(p.initial_interval))} × ${p.backoff_coefficient || 1} up to ${fmt.human(fmt.seconds(p.maximum_interval))}`;
 }
 
-function renderDetail(a) {
+function renderDetail(a, why) {
   const st = actState(a);
   const attempts = a.attempts || [];
   const rows = attempts.map((t) => {
@@ -901,11 +938,14 @@ function renderDetail(a) {
   const payload = fmt.payload(a.payload);
   $("activity-detail").replaceChildren(
     detailHead(a.id, st),
+    whyBox(why) || "",
     kv([
       ["namespace", a.namespace],
       ["task queue", a.task_queue || "default"],
       ["type", a.activity_type],
       ["node pin", a.node],
+      ["ready", st === "scheduled" && a.ready_time && a.ready_time !== a.scheduled_time ? fmt.clock(a.ready_time) : ""],
+      ...flowPairs(a),
       ["scheduled", fmt.clock(a.scheduled_time)],
       ["started", a.started_time ? fmt.clock(a.started_time) : ""],
       ["closed", a.closed_time ? fmt.clock(a.closed_time) : ""],
@@ -1224,11 +1264,13 @@ async function loadRunOnce() {
     historyError = err.message;
   }
   if (wfs.detail !== d) return;
+  const why = await explain(`${runPath(d)}/why?run_id=${encodeURIComponent(d.run || "")}`, runStatus(run) !== "running");
+  if (wfs.detail !== d) return;
   wfs.shown = run;
-  const json = `${JSON.stringify(run)}|${wfs.events.length}|${historyError}`;
+  const json = `${JSON.stringify([run, why])}|${wfs.events.length}|${historyError}`;
   if (json === wfs.detailJSON) return;
   wfs.detailJSON = json;
-  renderRun(run, historyError);
+  renderRun(run, historyError, why);
   box.hidden = false;
 }
 
@@ -1408,7 +1450,7 @@ function table(className, heads, nums, rows) {
   );
 }
 
-function renderRun(r, historyError) {
+function renderRun(r, historyError, why) {
   const st = runStatus(r);
   const open = st === "running";
   const pending = r.pending_steps || [];
@@ -1426,12 +1468,14 @@ function renderRun(r, historyError) {
         h("span", { className: "mono" }, r.task_failure),
         h("p", {}, "The run waits: its workflow task is retried with a backoff until code that agrees with its history, or an operator, moves it on."),
       ),
+    open && whyBox(why),
     kv([
       ["namespace", r.namespace],
       ["type", r.workflow_type],
       ["run", h("span", { className: "mono" }, r.run_id)],
       ["task queue", r.task_queue || "default"],
       ["build", r.build_id || "not bound yet"],
+      ...flowPairs(r),
       ["events", fmt.count(total)],
       ["started", fmt.clock(r.start_time)],
       ["closed", r.close_time ? fmt.clock(r.close_time) : ""],
