@@ -136,6 +136,15 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 				res.NextToken = next
 			}
 		}
+		// A rate of the whole type caps the claim at its tokens, so the scan
+		// reads no more rows than it may take.
+		wantAll := want
+		if l.Rate > 0 && !l.PerKey {
+			if err := load([]string{""}); err != nil {
+				return err
+			}
+			want = min(want, buckets[""].Available(bl, now))
+		}
 	scan:
 		for len(taken) < want {
 			type cand struct {
@@ -205,6 +214,9 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 			if len(cands) < batch {
 				break // that was the end of the waiting work
 			}
+		}
+		if want < wantAll && len(taken) == want {
+			noteNext(buckets[""]) // the tokens ran out before the workers did
 		}
 		if len(touched) > 0 {
 			var (
