@@ -410,14 +410,16 @@ func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[*Activ
 type Explanation struct {
 	State State `json:"state"`
 	// Reason is no_worker, node_pin, placement, slots_busy,
-	// namespace_in_flight_cap, delayed_start, retry_backoff,
-	// waiting_for_a_claim (in a cluster), being_recorded, running or closed;
-	// for a run's workflow task also waiting_on_steps, task_backoff,
-	// no_worker_of_its_build or held_by_another_server.
+	// namespace_in_flight_cap, concurrency_limit, rate_limited,
+	// delayed_start, retry_backoff, waiting_for_a_claim (in a cluster),
+	// being_recorded, running or closed; for a run's workflow task also
+	// waiting_on_steps, task_backoff, no_worker_of_its_build or
+	// held_by_another_server.
 	Reason string `json:"reason"`
 	// Message says it in words, with its figures.
 	Message string `json:"message"`
-	// Until is when a delayed start or a retry backoff ends.
+	// Until is when a delayed start or a retry backoff ends, or when a
+	// rate limit allows the next start.
 	Until time.Time `json:"until,omitzero"`
 	// Ahead counts the activities queued before it.
 	Ahead int `json:"ahead"`
@@ -429,6 +431,11 @@ type Explanation struct {
 	Nodes     []string `json:"nodes,omitempty"`
 	// WorkerID is the worker running it, when running.
 	WorkerID uint64 `json:"worker_id,omitempty"`
+	// ConcurrencyKey, Running and Limit say, for concurrency_limit, which
+	// key is full: how many of its attempts run, and its limit.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	Running        int    `json:"running,omitempty"`
+	Limit          int    `json:"limit,omitempty"`
 }
 
 // Why explains why an activity is not running now.
@@ -443,5 +450,6 @@ func (c *Client) Why(ctx context.Context, namespace, id string) (*Explanation, e
 func explanationFromProto(resp *aionv1.WhyResponse) *Explanation {
 	return &Explanation{State: stateFromProto(resp.GetState()), Reason: resp.GetReason(), Message: resp.GetMessage(),
 		Until: timeFromProto(resp.GetUntil()), Ahead: int(resp.GetAhead()), Workers: int(resp.GetWorkers()),
-		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId()}
+		Eligible: int(resp.GetEligible()), FreeSlots: int(resp.GetFreeSlots()), Nodes: resp.GetNodes(), WorkerID: resp.GetWorkerId(),
+		ConcurrencyKey: resp.GetConcurrencyKey(), Running: int(resp.GetRunning()), Limit: int(resp.GetLimit())}
 }

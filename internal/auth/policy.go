@@ -69,6 +69,12 @@ var methods = map[string]access{
 	"/aion.v1.NamespaceService/List":         clientReader,
 	"/aion.v1.NamespaceService/Create":       adminOnly,
 	"/aion.v1.NamespaceService/SetPlacement": adminOnly,
+	// Flow limits are namespace settings: admins set them, and whoever
+	// may read the namespace may read them.
+	"/aion.v1.NamespaceService/SetFlowLimit":   adminOnly,
+	"/aion.v1.NamespaceService/ClearFlowLimit": adminOnly,
+	"/aion.v1.NamespaceService/GetFlowLimit":   clientReader,
+	"/aion.v1.NamespaceService/ListFlowLimits": clientReader,
 	// ListWorkers answers only the workers serving a namespace of the
 	// caller, so a reader of some namespaces sees just those.
 	"/aion.v1.ClusterService/ListWorkers": reader,

@@ -358,8 +358,10 @@ func (a *app) whyCommand() *cobra.Command {
 connected worker serves its namespace, task queue and type; its node pin or
 its namespace's placement excludes the workers there are (and which nodes are
 connected); every eligible slot is busy (and how many activities wait before
-it); its namespace is at its in-flight cap; its delayed start or its retry's
-backoff has not come (until when). Or that it runs, and on which worker.`,
+it); its namespace is at its in-flight cap; its type's concurrency limit
+holds it (which key, how many of its limit run) or its rate limit does (until
+when); its delayed start or its retry's backoff has not come (until when). Or
+that it runs, and on which worker.`,
 		Example: `  aion activity why render-42 --namespace gpu
   aion activity why render-42 --namespace gpu --output json`,
 		Args: cobra.ExactArgs(1),

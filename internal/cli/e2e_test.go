@@ -555,3 +555,120 @@ func TestLargestActivityReadsBack(t *testing.T) {
 		t.Fatalf("list: exit %d\n%.300s\n%s", code, out, errOut)
 	}
 }
+
+// eventually runs a command line until its output holds want, or fails the
+// test after 20s.
+func (r *cliRig) eventually(t *testing.T, want string, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := r.ok(t, args...)
+		if strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("aion %s never said %q; last:\n%s", strings.Join(args, " "), want, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The flow-limit commands set, show, list and clear a namespace's limits,
+// refuse bad figures, and 'activity why' names the limit that holds an
+// activity: the concurrency key with how many of its limit run, and the
+// rate limit with when it allows the next start.
+func TestNamespaceLimitsCommandsAndWhy(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	r.start(t, "worker", "demo", "--namespace", "billing", "--slots", "4")
+	r.ok(t, "namespace", "create", "billing")
+	if out := r.ok(t, "namespace", "limits", "set", "billing", "--activity-type", "sleep", "--concurrency", "1"); out !=
+		"activity type sleep in namespace billing: concurrency 1 per key\n" {
+		t.Fatalf("set concurrency: %q", out)
+	}
+	if out := r.ok(t, "namespace", "limits", "set", "billing", "--activity-type", "echo", "--rate", "0.001", "--burst", "1"); out !=
+		"activity type echo in namespace billing: rate 0.001/s burst 1\n" {
+		t.Fatalf("set rate: %q", out)
+	}
+	type limitJSON struct {
+		Kind        string  `json:"kind"`
+		Type        string  `json:"type"`
+		Concurrency int     `json:"concurrency"`
+		Rate        float64 `json:"rate"`
+		Burst       int     `json:"burst"`
+	}
+	if ls := decode[[]limitJSON](t, r.ok(t, "namespace", "limits", "list", "billing", "-o", "json")); len(ls) != 2 ||
+		ls[0] != (limitJSON{"activity", "echo", 0, 0.001, 1}) || ls[1] != (limitJSON{"activity", "sleep", 1, 0, 0}) {
+		t.Fatalf("list: %+v", ls)
+	}
+	if out := r.ok(t, "namespace", "limits", "get", "billing", "--activity-type", "sleep"); !strings.HasPrefix(out, "KIND ") ||
+		!strings.Contains(out, "1 per key") {
+		t.Fatalf("get:\n%s", out)
+	}
+
+	// Concurrency: nap-2 waits for nap-1, whose key it shares.
+	for _, id := range []string{"nap-1", "nap-2"} {
+		r.ok(t, "activity", "schedule", "-n", "billing", "-t", "sleep", "--id", id, "--concurrency-key", "acct-7",
+			"--input", `{"ms":60000}`)
+	}
+	r.eventually(t, "running", "activity", "why", "nap-1", "-n", "billing")
+	out := r.ok(t, "activity", "why", "nap-2", "-n", "billing")
+	for _, want := range []string{"concurrency_limit (scheduled)", `concurrency key "acct-7"`, "runs 1 of its limit of 1"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("why nap-2 does not say %q:\n%s", want, out)
+		}
+	}
+	type whyJSON struct {
+		Reason         string `json:"reason"`
+		ConcurrencyKey string `json:"concurrency_key"`
+		Running        int    `json:"running"`
+		Limit          int    `json:"limit"`
+		Until          string `json:"until"`
+	}
+	if w := decode[whyJSON](t, r.ok(t, "activity", "why", "nap-2", "-n", "billing", "-o", "json")); w !=
+		(whyJSON{Reason: "concurrency_limit", ConcurrencyKey: "acct-7", Running: 1, Limit: 1}) {
+		t.Fatalf("why nap-2 -o json: %+v", w)
+	}
+
+	// Rate: the burst of 1 lets one echo through; the next waits ~17 minutes.
+	r.ok(t, "activity", "schedule", "-n", "billing", "-t", "echo", "--id", "e-1", "--wait", "--wait-timeout", "20s")
+	r.ok(t, "activity", "schedule", "-n", "billing", "-t", "echo", "--id", "e-2")
+	out = r.ok(t, "activity", "why", "e-2", "-n", "billing")
+	for _, want := range []string{"rate_limited (scheduled)", `activity type "echo"`, "0.001/s, burst 1", "allows its next start at"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("why e-2 does not say %q:\n%s", want, out)
+		}
+	}
+	if w := decode[whyJSON](t, r.ok(t, "activity", "why", "e-2", "-n", "billing", "-o", "json")); w.Reason != "rate_limited" || w.Until == "" {
+		t.Fatalf("why e-2 -o json: %+v", w)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"set", "billing", "--activity-type", "t", "--concurrency", "0"}, "--concurrency: 0 is not above 0"},
+		{[]string{"set", "billing", "--activity-type", "t", "--rate", "-2"}, "--rate: -2 is not above 0"},
+		{[]string{"set", "billing", "--activity-type", "t", "--rate", "5", "--burst", "0"}, "--burst: 0 is less than 1"},
+		{[]string{"set", "billing", "--concurrency", "2"}, "give --activity-type TYPE or --workflow-type TYPE"},
+		{[]string{"set", "billing", "--activity-type", "t", "--workflow-type", "w", "--concurrency", "2"}, "not both"},
+		{[]string{"set", "billing", "--activity-type", "t"}, "(InvalidArgument)"},
+		{[]string{"set", "missing", "--activity-type", "t", "--concurrency", "2"}, "(NotFound)"},
+		{[]string{"get", "billing", "--activity-type", "nope"}, "(NotFound)"},
+	} {
+		code, _, errOut := r.run(t, "", append([]string{"namespace", "limits"}, tc.args...)...)
+		if code != exitError || !strings.Contains(errOut, tc.says) || strings.Contains(errOut, "rpc error") {
+			t.Errorf("aion namespace limits %v: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.says)
+		}
+	}
+
+	// Clearing the limit lets nap-2 start beside nap-1.
+	if out := r.ok(t, "namespace", "limits", "clear", "billing", "--activity-type", "sleep"); out !=
+		"cleared the limit of activity type sleep in namespace billing\n" {
+		t.Fatalf("clear: %q", out)
+	}
+	r.eventually(t, "running", "activity", "why", "nap-2", "-n", "billing")
+	for _, id := range []string{"nap-1", "nap-2", "e-2"} {
+		r.ok(t, "activity", "cancel", id, "-n", "billing")
+	}
+}

@@ -14,16 +14,17 @@ func (a *app) namespaceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "namespace",
 		Aliases: []string{"ns"},
-		Short:   "Create, show and list namespaces; set their placement",
+		Short:   "Create, show and list namespaces; set their placement and flow limits",
 		Long: `Namespaces are aion's isolation and authorization boundary. Under the open
 auto-create policy a namespace is minted on first use; 'namespace create'
 works under either policy.`,
 		Example: `  aion namespace create billing
   aion namespace list
-  aion namespace place vision --pinned gpu-a,gpu-b`,
+  aion namespace place vision --pinned gpu-a,gpu-b
+  aion namespace limits set billing --activity-type charge --concurrency 2`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand())
+	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand(), a.nsLimitsCommand())
 	return cmd
 }
 

@@ -94,6 +94,16 @@ type Engine interface {
 	CancelOwned(namespace, id, reason string)
 	// NoteNamespace records a namespace another server created or changed.
 	NoteNamespace(ns store.Namespace)
+	// NoteFlowLimits records the flow limits of a namespace, as the store
+	// holds them after another server's change.
+	NoteFlowLimits(ns string, limits []store.FlowLimit)
+}
+
+// NamespaceReader reads the namespace records and flow limits other
+// servers write.
+type NamespaceReader interface {
+	store.NamespaceStore
+	store.FlowStore
 }
 
 // Registry is what a membership reads and drains of this server's workers.
@@ -115,9 +125,10 @@ type Deps struct {
 	// Self is this server's membership, from Join.
 	Self Self
 	// Store is the shared store; Namespaces reads the namespace records
+	// and their flow limits
 	// other servers create or change (usually the same store).
 	Store      store.Cluster
-	Namespaces store.NamespaceStore
+	Namespaces NamespaceReader
 	Engine     Engine
 	Registry   Registry
 	Minter     Minter

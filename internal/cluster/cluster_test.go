@@ -134,6 +134,8 @@ func (e *engine) NoteNamespace(ns store.Namespace) {
 	}
 }
 
+func (e *engine) NoteFlowLimits(string, []store.FlowLimit) {}
+
 // listening waits until s hears notices: listening starts asynchronously
 // with Start, so it publishes a work notice until s's engine is told of it.
 func (b *bundle) listening(s *server) {
@@ -367,7 +369,7 @@ func TestRunningElsewhereNamesOnlyAnotherServer(t *testing.T) {
 	}{{c, "t"}, {a, "u"}} {
 		got, err := b.st.ClaimActivities(b.ctx, store.ClaimRequest{Owner: claim.s.self.ID, Now: now,
 			Claims: []store.Claim{{Namespace: "ns", TaskQueue: "q", ActivityType: claim.typ, Workers: []uint64{1}}}})
-		if err != nil || len(got[0]) != 1 {
+		if err != nil || len(got[0].Activities) != 1 {
 			t.Fatalf("claim: %v, %v", got, err)
 		}
 	}

@@ -188,9 +188,13 @@ func (m *Membership) refreshNamespaces(ctx context.Context, names map[string]boo
 			recs = append(recs, ns)
 		}
 	}
+	limits, ok := m.readFlowLimits(ctx, names)
 	for _, ns := range recs {
 		m.d.Minter.Note(ns)
 		m.d.Engine.NoteNamespace(ns)
+		if ok {
+			m.d.Engine.NoteFlowLimits(ns.Name, limits[ns.Name])
+		}
 		old, known := m.d.Bus.Namespace(ns.Name)
 		switch {
 		case !known:
@@ -201,8 +205,37 @@ func (m *Membership) refreshNamespaces(ctx context.Context, names map[string]boo
 	}
 }
 
+// readFlowLimits reads the flow limits of the named namespaces (of all when
+// names is nil), by namespace; ok is false when the store could not be read,
+// so the limits held now are kept until the next refresh.
+func (m *Membership) readFlowLimits(ctx context.Context, names map[string]bool) (map[string][]store.FlowLimit, bool) {
+	out := map[string][]store.FlowLimit{}
+	read := func(ns string) bool {
+		ls, err := m.d.Namespaces.ListFlowLimits(ctx, ns)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("read flow limits", "namespace", ns, "err", err)
+			}
+			return false
+		}
+		for _, l := range ls {
+			out[l.Namespace] = append(out[l.Namespace], l)
+		}
+		return true
+	}
+	if names == nil {
+		return out, read("")
+	}
+	for n := range names {
+		if !read(n) {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
 // AnnounceNamespace tells the other servers that a namespace was created or
-// its placement changed. It does not wait for the database.
+// its placement or flow limits changed. It does not wait for the database.
 func (m *Membership) AnnounceNamespace(name string) {
 	m.enqueue(func(ctx context.Context) error {
 		return m.d.Store.PublishNotice(ctx, store.Notice{Kind: store.NoticeNamespace, Name: name})

@@ -93,6 +93,9 @@ type claims struct {
 	// written (the database was unreachable); each poll hands them back
 	// until that succeeds, so they run again rather than stay running.
 	orphans map[key]struct{}
+	// limitWake is, per triple, when a claim its rate limit held back is
+	// due again (a wake-up is armed for then).
+	limitWake map[registry.Triple]time.Time
 }
 
 func newClaims() *claims {
@@ -101,6 +104,7 @@ func newClaims() *claims {
 		empty:          make(map[registry.Triple]map[string]bool),
 		kick:           make(chan struct{}, 1),
 		orphans:        make(map[key]struct{}),
+		limitWake:      make(map[registry.Triple]time.Time),
 		failing:        make(map[string]bool),
 		graced:         make(map[registry.Triple]bool),
 		open:           make(map[string]store.OpenCount),
@@ -331,13 +335,17 @@ func (e *Engine) buildClaimsLocked(groups []*claimGroup, now time.Time) {
 		if p := e.placements[c.Namespace]; p.Mode == store.Prefer && !slices.Contains(p.Nodes, g.node) {
 			c.ReadyBefore = now.Add(-e.cl.PreferGrace)
 		}
+		if l := e.activityLimitLocked(g.t); l != nil {
+			spec := l.spec
+			c.Limit = &spec
+		}
 		g.claim = c
 	}
 }
 
 // claimFromStore makes the groups' claims in one round trip; got holds one
-// list of claimed activities per group, in order.
-func (e *Engine) claimFromStore(groups []*claimGroup, now time.Time) (got [][]store.Activity, err error) {
+// result per group, in order.
+func (e *Engine) claimFromStore(groups []*claimGroup, now time.Time) (got []store.ClaimResult, err error) {
 	claims := make([]store.Claim, len(groups))
 	for i, g := range groups {
 		claims[i] = g.claim
@@ -355,15 +363,18 @@ func (e *Engine) claimFromStore(groups []*claimGroup, now time.Time) (got [][]st
 // more may wait), and the activities to hand back: claimed for a worker
 // that left meanwhile, or while the engine was closing. After a failed
 // claim (err set) every triple is marked to be tried again.
-func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got [][]store.Activity, err error, now time.Time) (more bool, giveBack []store.Activity) {
+func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got []store.ClaimResult, err error, now time.Time) (more bool, giveBack []store.Activity) {
 	for i, g := range groups {
-		var rows []store.Activity
+		var res store.ClaimResult
 		if err == nil {
-			rows = got[i]
+			res = got[i]
 		}
+		rows := res.Activities
 		switch {
 		case err != nil:
 			e.claims.dirty[g.t] = struct{}{} // try again after the pause
+		case res.Limited && len(rows) < len(g.workers):
+			e.heldByLimitLocked(g, res, now)
 		case len(rows) < len(g.workers) && !g.claim.ReadyBefore.IsZero():
 			// Work younger than the prefer grace may be waiting: look again
 			// once, when it has aged past it (again after the next notice).
@@ -399,6 +410,53 @@ func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got [][]store.Activity
 		}
 	}
 	return more, giveBack
+}
+
+// heldByLimitLocked notes a claim its flow limit cut short: the triple is
+// claimed again when the limit may allow more, not before. For a rate that
+// is when the bucket holds a token again (a wake-up is armed); for a
+// concurrency key it is when an attempt of the type ends on any server,
+// which announces it (see limitEndedLocked).
+func (e *Engine) heldByLimitLocked(g *claimGroup, res store.ClaimResult, now time.Time) {
+	e.markEmptyLocked(g.t, g.node)
+	if res.NextToken.IsZero() {
+		e.obs.Throttled(g.t.Pool.Namespace, ThrottleConcurrency)
+		return
+	}
+	e.obs.Throttled(g.t.Pool.Namespace, ThrottleRate)
+	// Waking for every single token would make a claim per token; waiting
+	// a little longer lets one claim take several, as long as the bucket
+	// does not fill meanwhile (tokens past the burst would be lost).
+	at := res.NextToken
+	if l := g.claim.Limit; l != nil && l.Rate > 0 {
+		half := time.Duration(float64(l.Burst) / (2 * l.Rate) * float64(time.Second))
+		at = maxTime(at, now.Add(min(recheckAfter, half)))
+	}
+	if due, ok := e.claims.limitWake[g.t]; ok && due.After(now) && !due.After(at) {
+		return // an earlier wake-up is armed
+	}
+	e.claims.limitWake[g.t] = at
+	e.armWakeLocked(at, g.t)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// limitEndedLocked tells every server that an attempt of a type with a
+// concurrency limit ended (its end is durable), so a claim its key's limit
+// held back is tried again.
+func (e *Engine) limitEndedLocked(rec *store.Activity) {
+	if len(e.limits) == 0 || rec.Flow.ConcurrencyKey == "" {
+		return
+	}
+	t := tripleOf(rec)
+	if l := e.activityLimitLocked(t); l != nil && l.spec.Concurrency > 0 && !e.closed {
+		e.announce(t)
+	}
 }
 
 // handBack returns claimed activities to the store in the background, so
@@ -514,6 +572,11 @@ func (e *Engine) runChores() {
 		e.applyCancelRequests()
 		if polls%backlogEvery != 0 {
 			continue
+		}
+		if err := e.call(func(ctx context.Context) error { return e.cl.Store.SweepFlowBuckets(ctx, e.now()) }); err != nil {
+			e.choreFailed("sweep flow buckets", err)
+		} else {
+			e.choreOK("sweep flow buckets")
 		}
 		var b []store.WaitingBacklog
 		if err := e.call(func(ctx context.Context) (err error) {

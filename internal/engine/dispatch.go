@@ -35,6 +35,8 @@ type activity struct {
 	// step names the workflow step the activity runs, nil for an activity
 	// scheduled on its own.
 	step *stepRef
+	// lim is what flow limits keep for it, nil until one holds or admits it.
+	lim *limitState
 }
 
 func (a *activity) key() key { return key{a.rec.Namespace, a.rec.ID} }
@@ -81,6 +83,8 @@ type queue struct {
 	// live counts the items still waiting; the others left (timed out,
 	// cancelled) and are skipped when they reach the head.
 	live int
+	// lim is the flow limit of the queue's activity type, nil for none.
+	lim *flowLimit
 }
 
 // lane is the FIFO of one priority.
@@ -156,6 +160,13 @@ func tripleOf(r *store.Activity) registry.Triple {
 
 // enqueueLocked puts a ready activity in its queue and tries to dispatch.
 func (e *Engine) enqueueLocked(a *activity) {
+	a.readyAt = e.now()
+	e.requeueLocked(a)
+}
+
+// requeueLocked puts a waiting activity in its queue, keeping the time it
+// became ready, and tries to dispatch.
+func (e *Engine) requeueLocked(a *activity) {
 	t := tripleOf(&a.rec)
 	p := e.queues[t]
 	if p == nil {
@@ -164,11 +175,11 @@ func (e *Engine) enqueueLocked(a *activity) {
 	}
 	q := p.byPin[a.rec.Node]
 	if q == nil {
-		q = &queue{triple: t, pin: a.rec.Node, match: matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace))}
+		q = &queue{triple: t, pin: a.rec.Node, match: matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace)),
+			lim: e.activityLimitLocked(t)}
 		p.byPin[a.rec.Node] = q
 	}
 	a.queued = q
-	a.readyAt = e.now()
 	q.live++
 	q.push(a)
 	e.dispatchLocked(q)
@@ -187,11 +198,18 @@ func (e *Engine) dispatchLocked(q *queue) {
 		if e.maxRunning > 0 && e.running[q.triple.Pool.Namespace] >= e.maxRunning {
 			return // the namespace is at its in-flight cap; a finishing attempt re-runs this
 		}
+		if q.lim != nil && e.holdLocked(q, q.lim, a) {
+			l.pop() // a flow limit holds it, outside the queue (limit.go)
+			continue
+		}
 		w, ok := e.reg.Select(q.triple, q.match)
 		if !ok {
 			return
 		}
 		l.pop()
+		if q.lim != nil {
+			e.admitLocked(q.lim, a)
+		}
 		e.unqueueLocked(a)
 		e.startLocked(a, w)
 	}
@@ -209,6 +227,9 @@ func (e *Engine) unqueueLocked(a *activity) {
 	if a.queued != nil {
 		a.queued.live--
 		a.queued = nil
+	}
+	if a.lim != nil {
+		e.unholdLocked(a)
 	}
 }
 

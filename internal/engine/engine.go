@@ -130,6 +130,10 @@ type Observer interface {
 	Retried(namespace string)
 	// Closed: the activity reached a terminal state.
 	Closed(namespace string, state store.ActivityState)
+	// Throttled: a flow limit held work back; limit is ThrottleConcurrency
+	// or ThrottleRate. Alone, once per activity held; in a cluster, once
+	// per claim a limit cut short.
+	Throttled(namespace, limit string)
 }
 
 type noObserver struct{}
@@ -139,6 +143,7 @@ func (noObserver) Started(string, time.Duration)                            {}
 func (noObserver) AttemptEnded(string, store.AttemptOutcome, time.Duration) {}
 func (noObserver) Retried(string)                                           {}
 func (noObserver) Closed(string, store.ActivityState)                       {}
+func (noObserver) Throttled(string, string)                                 {}
 
 // Task is one attempt handed to a worker.
 type Task struct {
@@ -197,6 +202,8 @@ type Engine struct {
 	inflight   map[registry.WorkerID]map[key]*activity
 	zombies    map[registry.WorkerID]map[attemptRef]struct{}
 	placements map[string]store.Placement
+	// limits are the namespaces' flow limits (see limit.go).
+	limits map[limitID]*flowLimit
 	// pending and running count open activities and running attempts per
 	// namespace, for the caps; entries are deleted at zero.
 	pending map[string]int
@@ -309,6 +316,7 @@ func New(cfg Config) *Engine {
 		inflight:        make(map[registry.WorkerID]map[key]*activity),
 		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
 		placements:      make(map[string]store.Placement),
+		limits:          make(map[limitID]*flowLimit),
 		heldBudget:      heldPayloadBudget,
 		runs:            make(map[runKey]*wfRun),
 		openWF:          make(map[wfKey]*wfRun),
@@ -402,6 +410,7 @@ func (e *Engine) Backlog() []PoolBacklog {
 			}
 		}
 	}
+	e.heldBacklogLocked(byPool, now)
 	out := make([]PoolBacklog, 0, len(byPool))
 	for _, b := range byPool {
 		out = append(out, *b)

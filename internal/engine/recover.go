@@ -33,6 +33,9 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 	for _, ns := range namespaces {
 		e.NoteNamespace(ns)
 	}
+	if err := e.loadFlowLimits(ctx); err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
 	if e.cl != nil {
 		// Open work stays in the store, where claims find it.
 		e.done.Add(4)

@@ -154,6 +154,9 @@ func (e *Engine) leaveWorkerLocked(a *activity) {
 		}
 	}
 	a.worker = nil
+	if a.lim != nil && a.lim.running {
+		e.endSlotLocked(a)
+	}
 	ns := a.rec.Namespace
 	atCap := e.maxRunning > 0 && e.running[ns] >= e.maxRunning
 	if e.running[ns]--; e.running[ns] <= 0 {
@@ -321,6 +324,9 @@ func (e *Engine) settleLocked(a *activity, end store.EndAttempt, onDurable func(
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if e.cl != nil && err == nil && end.Attempt != nil {
+			e.limitEndedLocked(&a.rec)
+		}
 		if terminal || (err != nil && e.cl != nil) {
 			e.dropOpenLocked(a)
 			a.wakeWaiters()

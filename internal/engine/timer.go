@@ -22,6 +22,7 @@ const (
 	timerWorkflowStep                     // a workflow's timer step fires
 	timerWorkflowTask                     // a workflow task was not answered in time
 	timerWorkflowRetry                    // a failed workflow task may be tried again
+	timerRate                             // a flow limit's bucket holds a token again
 )
 
 // timer is one deadline. Timers are never removed early: when one fires, it
@@ -37,6 +38,8 @@ type timer struct {
 	// step is the timer step of a timerWorkflowStep; for the workflow kinds
 	// k names the run and attempt holds the task token.
 	step int64
+	// rate is the bucket of a timerRate.
+	rate *rateGroup
 }
 
 type timerHeap []timer
@@ -94,7 +97,7 @@ func (e *Engine) compactTimersLocked() {
 // at the attempt the timer was armed for.
 func (e *Engine) timerLiveLocked(tm timer) bool {
 	switch tm.kind {
-	case timerAnnounce, timerClaim:
+	case timerAnnounce, timerClaim, timerRate:
 		return true
 	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
 		return e.runTimerLiveLocked(tm)
@@ -183,6 +186,9 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 		return
 	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
 		e.fireRunLocked(tm, now)
+		return
+	case timerRate:
+		e.refillLocked(tm.rate, now)
 		return
 	}
 	a := e.open[tm.k]

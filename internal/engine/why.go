@@ -46,6 +46,13 @@ const (
 	WhyInStore WaitReason = "waiting_for_a_claim"
 	// WhyBeingRecorded: its schedule is being made durable.
 	WhyBeingRecorded WaitReason = "being_recorded"
+	// WhyConcurrencyLimit: its concurrency key runs as many attempts as its
+	// activity type's concurrency limit allows (ConcurrencyKey, Running,
+	// Limit).
+	WhyConcurrencyLimit WaitReason = "concurrency_limit"
+	// WhyRateLimited: its activity type's rate limit (or its key's) allows
+	// no start before Until.
+	WhyRateLimited WaitReason = "rate_limited"
 )
 
 // Explanation says why an activity is not running, from the server's live
@@ -55,7 +62,8 @@ type Explanation struct {
 	Reason WaitReason
 	// Message says it in words, with the figures that matter.
 	Message string
-	// Until is when a delayed start or a retry backoff ends.
+	// Until is when a delayed start or a retry backoff ends, or when a
+	// rate limit allows the next start.
 	Until time.Time
 	// Ahead counts the activities queued before it in its queue.
 	Ahead int
@@ -66,6 +74,10 @@ type Explanation struct {
 	Nodes []string
 	// WorkerID is the worker running it, for WhyRunning.
 	WorkerID registry.WorkerID
+	// ConcurrencyKey is its concurrency key, Running the attempts of that
+	// key running now and Limit the key's limit, for WhyConcurrencyLimit.
+	ConcurrencyKey string
+	Running, Limit int
 }
 
 // Why explains why activity id is not running now.
@@ -94,6 +106,11 @@ func (e *Engine) Why(ctx context.Context, caller namespace.Identity, ns, id stri
 		return Explanation{State: rec.State, Reason: WhyRunning, Message: "an attempt runs on a worker of another server"}, nil
 	case rec.ReadyAt.After(now):
 		return delayed(rec, now), nil
+	}
+	if ex, ok, err := e.explainLimitInStore(ctx, rec, now); err != nil {
+		return Explanation{}, fmt.Errorf("why: %w", err)
+	} else if ok {
+		return ex, nil
 	}
 	return Explanation{State: rec.State, Reason: WhyInStore,
 		Message: "it waits in the store for a server of the cluster with a free eligible worker to claim it"}, nil
@@ -127,6 +144,8 @@ func (e *Engine) explainLocked(a *activity) Explanation {
 	case e.cl != nil && a.queued == nil:
 		return Explanation{State: rec.State, Reason: WhyInStore,
 			Message: "it waits in the store for a server of the cluster with a free eligible worker to claim it"}
+	case a.lim != nil && (a.lim.heldConc != nil || a.lim.heldRate != nil):
+		return e.explainHeldLocked(a, now)
 	case a.queued == nil && rec.ReadyAt.After(now):
 		return delayed(rec, now)
 	}

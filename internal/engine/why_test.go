@@ -99,6 +99,36 @@ func TestWhyNamesTheReasonAnActivityWaits(t *testing.T) {
 		fw.task()
 		wantWhy(t, b.why("b"), WhyInFlightCap, "--max-in-flight-per-namespace")
 	})
+	t.Run("its concurrency key is at its limit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.setLimit(store.FlowLimit{Concurrency: 2})
+		fw := b.join(5)
+		for _, id := range []string{"a", "b", "c", "d"} {
+			b.schedule(keyed(id, "acct-7"))
+		}
+		fw.task()
+		fw.task()
+		ex := b.why("d")
+		wantWhy(t, ex, WhyConcurrencyLimit, `concurrency key "acct-7"`, `activity type "t"`, "runs 2 of its limit of 2", "1 wait before it")
+		if ex.ConcurrencyKey != "acct-7" || ex.Running != 2 || ex.Limit != 2 || ex.Ahead != 1 {
+			t.Fatalf("key %q running %d limit %d ahead %d, want acct-7, 2, 2, 1", ex.ConcurrencyKey, ex.Running, ex.Limit, ex.Ahead)
+		}
+	})
+	t.Run("its rate limit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.setLimit(store.FlowLimit{Rate: 0.5, Burst: 1})
+		fw := b.join(5)
+		b.schedule(request("a", store.Timeouts{}, store.RetryPolicy{}))
+		b.schedule(request("b", store.Timeouts{}, store.RetryPolicy{}))
+		fw.task()
+		ex := b.why("b")
+		wantWhy(t, ex, WhyRateLimited, `activity type "t"`, "0.5/s, burst 1", "in 2s")
+		if !ex.Until.Equal(epoch.Add(2 * time.Second)) {
+			t.Fatalf("until %v, want 2s after the first start", ex.Until)
+		}
+	})
 	t.Run("a delayed start", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -34,6 +34,7 @@ type Metrics struct {
 	started         *prometheus.CounterVec
 	closed          *prometheus.CounterVec
 	retried         *prometheus.CounterVec
+	throttled       *prometheus.CounterVec
 	scheduleToStart *prometheus.HistogramVec
 	attemptDuration *prometheus.HistogramVec
 	commitSeconds   prometheus.Histogram
@@ -81,6 +82,9 @@ func New(backlog func() []Backlog) *Metrics {
 		Help: "Activities that reached a terminal state, by state: completed, failed, canceled, timed_out."}, []string{"namespace", "state"})
 	m.retried = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_activities_retried_total",
 		Help: "Failed attempts followed by another attempt."}, []string{"namespace"})
+	m.throttled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_flow_throttled_total",
+		Help: "Times a flow limit held work back, by limit: concurrency, rate. Alone, once per activity held; in a cluster, once per claim a limit cut short."},
+		[]string{"namespace", "limit"})
 	m.scheduleToStart = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_schedule_to_start_seconds",
 		Help: "Time from an attempt becoming ready to its start on a worker.", Buckets: latency}, []string{"namespace"})
 	m.attemptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_attempt_duration_seconds",
@@ -129,7 +133,7 @@ func New(backlog func() []Backlog) *Metrics {
 	m.scheduleLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_schedule_fire_lag_seconds",
 		Help: "Time from the instant a schedule tick was due (its nominal time plus jitter) to its action starting.", Buckets: latency},
 		[]string{"namespace"})
-	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried,
+	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried, m.throttled,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
 		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds, m.replaySeconds,
 		m.scheduleFires, m.scheduleSkips, m.scheduleFailed, m.scheduleLag,
@@ -180,6 +184,9 @@ func (m *Metrics) Retried(ns string) { m.retried.WithLabelValues(ns).Inc() }
 func (m *Metrics) Closed(ns string, state store.ActivityState) {
 	m.closed.WithLabelValues(ns, string(state)).Inc()
 }
+
+// Throttled counts a flow limit holding work back.
+func (m *Metrics) Throttled(ns, limit string) { m.throttled.WithLabelValues(ns, limit).Inc() }
 
 // Workflows returns the workflow metrics, for the engine's WorkflowObserver.
 func (m *Metrics) Workflows() *Workflows { return &Workflows{m: m} }

@@ -214,5 +214,6 @@ func (a *activityService) Why(ctx context.Context, r *aionv1.WhyRequest) (*aionv
 func whyToProto(ex engine.Explanation) *aionv1.WhyResponse {
 	return &aionv1.WhyResponse{State: activityStates[ex.State], Reason: string(ex.Reason), Message: ex.Message, Until: ts(ex.Until),
 		Ahead: uint32(ex.Ahead), Workers: uint32(ex.Workers), Eligible: uint32(ex.Eligible), FreeSlots: uint32(ex.FreeSlots),
-		Nodes: ex.Nodes, WorkerId: uint64(ex.WorkerID)}
+		Nodes: ex.Nodes, WorkerId: uint64(ex.WorkerID), ConcurrencyKey: ex.ConcurrencyKey, Running: uint32(ex.Running),
+		Limit: uint32(ex.Limit)}
 }

@@ -245,6 +245,12 @@ func TestReaderCanReadButChangeNothing(t *testing.T) {
 	if _, err := r.activities.Get(ctx, &aionv1.GetActivityRequest{Namespace: "tenant-b", Id: "b1"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("reader of tenant-a reading tenant-b: %v", err)
 	}
+	if _, err := r.namespaces.ListFlowLimits(ctx, &aionv1.ListFlowLimitsRequest{Namespace: "tenant-a"}); err != nil {
+		t.Errorf("reader list flow limits: %v", err)
+	}
+	if _, err := r.namespaces.ListFlowLimits(ctx, &aionv1.ListFlowLimitsRequest{Namespace: "tenant-b"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("reader of tenant-a listing tenant-b's flow limits: %v", err)
+	}
 
 	// Nothing that changes state.
 	calls := map[string]error{}
@@ -257,6 +263,10 @@ func TestReaderCanReadButChangeNothing(t *testing.T) {
 	_, calls["create namespace"] = r.namespaces.Create(ctx, &aionv1.CreateNamespaceRequest{Name: "by-reader"})
 	_, calls["place"] = r.namespaces.SetPlacement(ctx, &aionv1.SetPlacementRequest{Name: "tenant-a",
 		Placement: &aionv1.Placement{Mode: aionv1.PlacementMode_PLACEMENT_MODE_PINNED, Nodes: []string{"n1"}}})
+	_, calls["set flow limit"] = r.namespaces.SetFlowLimit(ctx, &aionv1.SetFlowLimitRequest{Limit: &aionv1.FlowLimit{
+		Namespace: "tenant-a", Kind: aionv1.FlowKind_FLOW_KIND_ACTIVITY, Type: "job", Concurrency: proto.Int32(1)}})
+	_, calls["clear flow limit"] = r.namespaces.ClearFlowLimit(ctx, &aionv1.ClearFlowLimitRequest{Namespace: "tenant-a",
+		Kind: aionv1.FlowKind_FLOW_KIND_ACTIVITY, Type: "job"})
 	_, calls["drain"] = cluster.DrainWorker(ctx, &aionv1.DrainWorkerRequest{WorkerId: wa.id})
 	_, calls["connect a worker"] = r.connect(t, &aionv1.Register{Namespaces: []string{"tenant-a"}, ActivityTypes: []string{"job"}})
 	watch, err := cluster.Watch(ctx, &aionv1.WatchRequest{})

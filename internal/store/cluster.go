@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/aion-run/aion/internal/tokenbucket"
 )
 
 // ServerID names one server process in a cluster: it is drawn from the
@@ -76,6 +78,44 @@ type Claim struct {
 	// ReadyBefore, when set, excludes activities that became ready after it
 	// (used to give servers with preferred-node workers a head start).
 	ReadyBefore time.Time
+	// Limit, when set, is the flow limit of the activity type (as the
+	// claiming server knows it): the claim takes no activity its
+	// concurrency key's limit or its rate's bucket does not allow, counted
+	// across every server, and skips such work to take what is allowed
+	// behind it.
+	Limit *FlowLimit
+}
+
+// FlowUsageRequest names what ReadFlowUsage reads.
+type FlowUsageRequest struct {
+	Namespace, ActivityType string
+	// ConcurrencyKey is the key whose running activities are counted;
+	// empty counts nothing.
+	ConcurrencyKey string
+	// BucketKey is the rate bucket to read: a key's, or "" for the type's.
+	BucketKey string
+}
+
+// FlowUsage is what a flow limit counts now.
+type FlowUsage struct {
+	// Running counts the running activities of the concurrency key.
+	Running int
+	// Bucket is the rate bucket, nil when the store holds none (it is
+	// full).
+	Bucket *tokenbucket.Bucket
+}
+
+// ClaimResult is what one Claim took.
+type ClaimResult struct {
+	// Activities are the claimed activities in scheduling order; the i-th
+	// runs on the claim's i-th worker.
+	Activities []Activity
+	// Limited says the claim's flow limit held back ready work it could
+	// otherwise have taken.
+	Limited bool
+	// NextToken, when set, is when the rate limit lets the work it held
+	// back start: a claim then may take it (not a poll before).
+	NextToken time.Time
 }
 
 // RunClaim names the runs a server may hold: open runs of one workflow
@@ -247,12 +287,23 @@ type Cluster interface {
 	ReapServers(ctx context.Context) ([]ReapedServer, error)
 
 	// ClaimActivities takes ready activities for r.Owner, oldest first; no
-	// activity is ever handed to two claims. It returns one list per claim,
-	// in the order of r.Claims, like Apply: the i-th activity of a list runs
-	// on the claim's i-th worker. Each comes back running, its Attempt the
-	// number of the attempt to start now. A server whose lease ran out
-	// claims nothing.
-	ClaimActivities(ctx context.Context, r ClaimRequest) ([][]Activity, error)
+	// activity is ever handed to two claims. It returns one result per
+	// claim, in the order of r.Claims, like Apply: the i-th activity of a
+	// result runs on the claim's i-th worker. Each comes back running, its
+	// Attempt the number of the attempt to start now. A server whose lease
+	// ran out claims nothing. A claim with a Limit takes only what the limit
+	// allows, atomically across servers: running activities of a
+	// concurrency key are counted from the store (an owner that died counts
+	// until it is reaped), and rate buckets live in the store, refilled on
+	// the claims' Now.
+	ClaimActivities(ctx context.Context, r ClaimRequest) ([]ClaimResult, error)
+	// ReadFlowUsage reads what a flow limit counts for one activity type
+	// across the cluster: the running activities of a concurrency key and
+	// the state of a rate bucket (key "" for the type's own).
+	ReadFlowUsage(ctx context.Context, r FlowUsageRequest) (FlowUsage, error)
+	// SweepFlowBuckets forgets the rate buckets that are full again by now
+	// (a missing bucket is a full one), so keys seen once do not stay.
+	SweepFlowBuckets(ctx context.Context, now time.Time) error
 	// UnclaimActivity hands back an activity claimed by owner whose attempt
 	// never started; it is canceled instead when a cancel was requested.
 	// An activity owner does not run is left alone.

@@ -158,6 +158,7 @@ type NamespaceStore interface {
 // passes storetest.Run.
 type Store interface {
 	NamespaceStore
+	FlowStore
 	ActivityStore
 	WorkflowStore
 	ScheduleStore

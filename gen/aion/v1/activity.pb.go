@@ -277,13 +277,13 @@ type WhyResponse struct {
 	// The activity's state.
 	State ActivityState `protobuf:"varint,1,opt,name=state,proto3,enum=aion.v1.ActivityState" json:"state,omitempty"`
 	// The reason: no_worker, node_pin, placement, slots_busy, namespace_in_flight_cap,
-	// delayed_start, retry_backoff, waiting_for_a_claim (in a cluster), being_recorded, running,
-	// closed. For a run's workflow task also: waiting_on_steps, task_backoff,
-	// no_worker_of_its_build, held_by_another_server.
+	// concurrency_limit, rate_limited, delayed_start, retry_backoff, waiting_for_a_claim (in a
+	// cluster), being_recorded, running, closed. For a run's workflow task also:
+	// waiting_on_steps, task_backoff, no_worker_of_its_build, held_by_another_server.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The reason in words, with its figures.
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	// When a delayed start or a retry backoff ends.
+	// When a delayed start or a retry backoff ends, or when a rate limit allows the next start.
 	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
 	// Activities queued before it.
 	Ahead uint32 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`
@@ -296,9 +296,14 @@ type WhyResponse struct {
 	// Nodes those workers advertise.
 	Nodes []string `protobuf:"bytes,9,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// The worker running it, when running.
-	WorkerId      uint64 `protobuf:"varint,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WorkerId uint64 `protobuf:"varint,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// For concurrency_limit: its concurrency key, the attempts of that key running now, and the
+	// key's limit.
+	ConcurrencyKey string `protobuf:"bytes,11,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	Running        uint32 `protobuf:"varint,12,opt,name=running,proto3" json:"running,omitempty"`
+	Limit          uint32 `protobuf:"varint,13,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WhyResponse) Reset() {
@@ -397,6 +402,27 @@ func (x *WhyResponse) GetNodes() []string {
 func (x *WhyResponse) GetWorkerId() uint64 {
 	if x != nil {
 		return x.WorkerId
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *WhyResponse) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *WhyResponse) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -1841,7 +1867,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
 	"WhyRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xbd\x02\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x96\x03\n" +
 	"\vWhyResponse\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.aion.v1.ActivityStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -1854,7 +1880,10 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"free_slots\x18\b \x01(\rR\tfreeSlots\x12\x14\n" +
 	"\x05nodes\x18\t \x03(\tR\x05nodes\x12\x1b\n" +
 	"\tworker_id\x18\n" +
-	" \x01(\x04R\bworkerId\"\xa7\n" +
+	" \x01(\x04R\bworkerId\x12'\n" +
+	"\x0fconcurrency_key\x18\v \x01(\tR\x0econcurrencyKey\x12\x18\n" +
+	"\arunning\x18\f \x01(\rR\arunning\x12\x14\n" +
+	"\x05limit\x18\r \x01(\rR\x05limit\"\xa7\n" +
 	"\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +

@@ -58,7 +58,8 @@ type ActivityServiceClient interface {
 	Intervene(ctx context.Context, in *InterveneRequest, opts ...grpc.CallOption) (*InterveneResponse, error)
 	// Why explains, from the server's live state, why an activity is not running: no worker
 	// serves it, its node pin or placement excludes the workers there are, every slot is busy
-	// (and how many wait before it), its namespace's in-flight cap, its delayed start or retry
+	// (and how many wait before it), its namespace's in-flight cap, its type's concurrency limit
+	// (which key, how many of the limit run) or rate limit (until when), its delayed start or retry
 	// backoff (until when); or that it runs or closed.
 	Why(ctx context.Context, in *WhyRequest, opts ...grpc.CallOption) (*WhyResponse, error)
 }
@@ -178,7 +179,8 @@ type ActivityServiceServer interface {
 	Intervene(context.Context, *InterveneRequest) (*InterveneResponse, error)
 	// Why explains, from the server's live state, why an activity is not running: no worker
 	// serves it, its node pin or placement excludes the workers there are, every slot is busy
-	// (and how many wait before it), its namespace's in-flight cap, its delayed start or retry
+	// (and how many wait before it), its namespace's in-flight cap, its type's concurrency limit
+	// (which key, how many of the limit run) or rate limit (until when), its delayed start or retry
 	// backoff (until when); or that it runs or closed.
 	Why(context.Context, *WhyRequest) (*WhyResponse, error)
 	mustEmbedUnimplementedActivityServiceServer()

@@ -139,6 +139,60 @@ func (PlacementMode) EnumDescriptor() ([]byte, []int) {
 	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{1}
 }
 
+// FlowKind says what a flow limit counts.
+type FlowKind int32
+
+const (
+	// Not a valid kind in a request.
+	FlowKind_FLOW_KIND_UNSPECIFIED FlowKind = 0
+	// Attempts of activities of one activity type.
+	FlowKind_FLOW_KIND_ACTIVITY FlowKind = 1
+	// Runs of one workflow type. Not accepted yet: SetFlowLimit refuses it (InvalidArgument)
+	// rather than record a limit it would not enforce.
+	FlowKind_FLOW_KIND_WORKFLOW FlowKind = 2
+)
+
+// Enum value maps for FlowKind.
+var (
+	FlowKind_name = map[int32]string{
+		0: "FLOW_KIND_UNSPECIFIED",
+		1: "FLOW_KIND_ACTIVITY",
+		2: "FLOW_KIND_WORKFLOW",
+	}
+	FlowKind_value = map[string]int32{
+		"FLOW_KIND_UNSPECIFIED": 0,
+		"FLOW_KIND_ACTIVITY":    1,
+		"FLOW_KIND_WORKFLOW":    2,
+	}
+)
+
+func (x FlowKind) Enum() *FlowKind {
+	p := new(FlowKind)
+	*p = x
+	return p
+}
+
+func (x FlowKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FlowKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_aion_v1_namespace_proto_enumTypes[2].Descriptor()
+}
+
+func (FlowKind) Type() protoreflect.EnumType {
+	return &file_aion_v1_namespace_proto_enumTypes[2]
+}
+
+func (x FlowKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FlowKind.Descriptor instead.
+func (FlowKind) EnumDescriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{2}
+}
+
 // Placement is a namespace's policy for which nodes run its work.
 type Placement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -680,6 +734,524 @@ func (x *SetPlacementResponse) GetNamespace() *Namespace {
 	return nil
 }
 
+// FlowLimit is a namespace's flow control for one activity or workflow type: at most
+// `concurrency` running at once per concurrency key, and at most `rate` starts a second in bursts
+// of up to `burst`, for the whole type or (per_key) per concurrency key. Work over a limit waits;
+// it is never failed. Work without a concurrency key is held by neither the concurrency limit nor
+// a per-key rate; a rate for the whole type holds it.
+type FlowLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the type.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// What the limit counts.
+	Kind FlowKind `protobuf:"varint,2,opt,name=kind,proto3,enum=aion.v1.FlowKind" json:"kind,omitempty"`
+	// The activity or workflow type.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// At most this many running at once per concurrency key; unset for no concurrency limit.
+	Concurrency *int32 `protobuf:"varint,4,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	// At most this many starts a second; unset for no rate limit.
+	Rate *float64 `protobuf:"fixed64,5,opt,name=rate,proto3,oneof" json:"rate,omitempty"`
+	// Starts allowed at once after a quiet spell; only with a rate, unset meaning the rate rounded
+	// up (one second's worth).
+	Burst *int32 `protobuf:"varint,6,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
+	// Count the rate per concurrency key instead of for the whole type.
+	PerKey bool `protobuf:"varint,7,opt,name=per_key,json=perKey,proto3" json:"per_key,omitempty"`
+	// When the limit was last set (in answers).
+	UpdatedTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_time,json=updatedTime,proto3" json:"updated_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowLimit) Reset() {
+	*x = FlowLimit{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowLimit) ProtoMessage() {}
+
+func (x *FlowLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowLimit.ProtoReflect.Descriptor instead.
+func (*FlowLimit) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FlowLimit) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *FlowLimit) GetKind() FlowKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FlowKind_FLOW_KIND_UNSPECIFIED
+}
+
+func (x *FlowLimit) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FlowLimit) GetConcurrency() int32 {
+	if x != nil && x.Concurrency != nil {
+		return *x.Concurrency
+	}
+	return 0
+}
+
+func (x *FlowLimit) GetRate() float64 {
+	if x != nil && x.Rate != nil {
+		return *x.Rate
+	}
+	return 0
+}
+
+func (x *FlowLimit) GetBurst() int32 {
+	if x != nil && x.Burst != nil {
+		return *x.Burst
+	}
+	return 0
+}
+
+func (x *FlowLimit) GetPerKey() bool {
+	if x != nil {
+		return x.PerKey
+	}
+	return false
+}
+
+func (x *FlowLimit) GetUpdatedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedTime
+	}
+	return nil
+}
+
+// SetFlowLimitRequest sets one type's flow limit.
+type SetFlowLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit; namespace, kind and type say what it is for.
+	Limit         *FlowLimit `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFlowLimitRequest) Reset() {
+	*x = SetFlowLimitRequest{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFlowLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFlowLimitRequest) ProtoMessage() {}
+
+func (x *SetFlowLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFlowLimitRequest.ProtoReflect.Descriptor instead.
+func (*SetFlowLimitRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetFlowLimitRequest) GetLimit() *FlowLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// SetFlowLimitResponse answers SetFlowLimit.
+type SetFlowLimitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit as recorded, with its defaults filled in.
+	Limit         *FlowLimit `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFlowLimitResponse) Reset() {
+	*x = SetFlowLimitResponse{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFlowLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFlowLimitResponse) ProtoMessage() {}
+
+func (x *SetFlowLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFlowLimitResponse.ProtoReflect.Descriptor instead.
+func (*SetFlowLimitResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetFlowLimitResponse) GetLimit() *FlowLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// GetFlowLimitRequest names one type of a namespace.
+type GetFlowLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the type.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Activity or workflow.
+	Kind FlowKind `protobuf:"varint,2,opt,name=kind,proto3,enum=aion.v1.FlowKind" json:"kind,omitempty"`
+	// The type.
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowLimitRequest) Reset() {
+	*x = GetFlowLimitRequest{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowLimitRequest) ProtoMessage() {}
+
+func (x *GetFlowLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowLimitRequest.ProtoReflect.Descriptor instead.
+func (*GetFlowLimitRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetFlowLimitRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetFlowLimitRequest) GetKind() FlowKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FlowKind_FLOW_KIND_UNSPECIFIED
+}
+
+func (x *GetFlowLimitRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+// GetFlowLimitResponse answers GetFlowLimit.
+type GetFlowLimitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The type's limit.
+	Limit         *FlowLimit `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowLimitResponse) Reset() {
+	*x = GetFlowLimitResponse{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowLimitResponse) ProtoMessage() {}
+
+func (x *GetFlowLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowLimitResponse.ProtoReflect.Descriptor instead.
+func (*GetFlowLimitResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetFlowLimitResponse) GetLimit() *FlowLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ListFlowLimitsRequest names a namespace.
+type ListFlowLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFlowLimitsRequest) Reset() {
+	*x = ListFlowLimitsRequest{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFlowLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFlowLimitsRequest) ProtoMessage() {}
+
+func (x *ListFlowLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFlowLimitsRequest.ProtoReflect.Descriptor instead.
+func (*ListFlowLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListFlowLimitsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// ListFlowLimitsResponse answers ListFlowLimits.
+type ListFlowLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace's limits, ordered by kind and type.
+	Limits        []*FlowLimit `protobuf:"bytes,1,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFlowLimitsResponse) Reset() {
+	*x = ListFlowLimitsResponse{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFlowLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFlowLimitsResponse) ProtoMessage() {}
+
+func (x *ListFlowLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFlowLimitsResponse.ProtoReflect.Descriptor instead.
+func (*ListFlowLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListFlowLimitsResponse) GetLimits() []*FlowLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// ClearFlowLimitRequest names the type whose limit to remove.
+type ClearFlowLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the type.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Activity or workflow.
+	Kind FlowKind `protobuf:"varint,2,opt,name=kind,proto3,enum=aion.v1.FlowKind" json:"kind,omitempty"`
+	// The type.
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearFlowLimitRequest) Reset() {
+	*x = ClearFlowLimitRequest{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearFlowLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearFlowLimitRequest) ProtoMessage() {}
+
+func (x *ClearFlowLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearFlowLimitRequest.ProtoReflect.Descriptor instead.
+func (*ClearFlowLimitRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ClearFlowLimitRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ClearFlowLimitRequest) GetKind() FlowKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FlowKind_FLOW_KIND_UNSPECIFIED
+}
+
+func (x *ClearFlowLimitRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+// ClearFlowLimitResponse answers ClearFlowLimit.
+type ClearFlowLimitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the type had a limit.
+	Cleared       bool `protobuf:"varint,1,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearFlowLimitResponse) Reset() {
+	*x = ClearFlowLimitResponse{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearFlowLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearFlowLimitResponse) ProtoMessage() {}
+
+func (x *ClearFlowLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearFlowLimitResponse.ProtoReflect.Descriptor instead.
+func (*ClearFlowLimitResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClearFlowLimitResponse) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
 var File_aion_v1_namespace_proto protoreflect.FileDescriptor
 
 const file_aion_v1_namespace_proto_rawDesc = "" +
@@ -716,7 +1288,39 @@ const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\tplacement\x18\x02 \x01(\v2\x12.aion.v1.PlacementR\tplacement\"H\n" +
 	"\x14SetPlacementResponse\x120\n" +
-	"\tnamespace\x18\x01 \x01(\v2\x12.aion.v1.NamespaceR\tnamespace*\x8e\x01\n" +
+	"\tnamespace\x18\x01 \x01(\v2\x12.aion.v1.NamespaceR\tnamespace\"\xba\x02\n" +
+	"\tFlowLimit\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x11.aion.v1.FlowKindR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12%\n" +
+	"\vconcurrency\x18\x04 \x01(\x05H\x00R\vconcurrency\x88\x01\x01\x12\x17\n" +
+	"\x04rate\x18\x05 \x01(\x01H\x01R\x04rate\x88\x01\x01\x12\x19\n" +
+	"\x05burst\x18\x06 \x01(\x05H\x02R\x05burst\x88\x01\x01\x12\x17\n" +
+	"\aper_key\x18\a \x01(\bR\x06perKey\x12=\n" +
+	"\fupdated_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vupdatedTimeB\x0e\n" +
+	"\f_concurrencyB\a\n" +
+	"\x05_rateB\b\n" +
+	"\x06_burst\"?\n" +
+	"\x13SetFlowLimitRequest\x12(\n" +
+	"\x05limit\x18\x01 \x01(\v2\x12.aion.v1.FlowLimitR\x05limit\"@\n" +
+	"\x14SetFlowLimitResponse\x12(\n" +
+	"\x05limit\x18\x01 \x01(\v2\x12.aion.v1.FlowLimitR\x05limit\"n\n" +
+	"\x13GetFlowLimitRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x11.aion.v1.FlowKindR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"@\n" +
+	"\x14GetFlowLimitResponse\x12(\n" +
+	"\x05limit\x18\x01 \x01(\v2\x12.aion.v1.FlowLimitR\x05limit\"5\n" +
+	"\x15ListFlowLimitsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"D\n" +
+	"\x16ListFlowLimitsResponse\x12*\n" +
+	"\x06limits\x18\x01 \x03(\v2\x12.aion.v1.FlowLimitR\x06limits\"p\n" +
+	"\x15ClearFlowLimitRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x11.aion.v1.FlowKindR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"2\n" +
+	"\x16ClearFlowLimitResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared*\x8e\x01\n" +
 	"\x0fNamespaceOrigin\x12 \n" +
 	"\x1cNAMESPACE_ORIGIN_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NAMESPACE_ORIGIN_WORKER\x10\x01\x12\x1d\n" +
@@ -726,12 +1330,20 @@ const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\x1aPLACEMENT_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PLACEMENT_MODE_UNPLACED\x10\x01\x12\x19\n" +
 	"\x15PLACEMENT_MODE_PREFER\x10\x02\x12\x19\n" +
-	"\x15PLACEMENT_MODE_PINNED\x10\x032\xb9\x02\n" +
+	"\x15PLACEMENT_MODE_PINNED\x10\x03*U\n" +
+	"\bFlowKind\x12\x19\n" +
+	"\x15FLOW_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FLOW_KIND_ACTIVITY\x10\x01\x12\x16\n" +
+	"\x12FLOW_KIND_WORKFLOW\x10\x022\xf9\x04\n" +
 	"\x10NamespaceService\x12K\n" +
 	"\x06Create\x12\x1f.aion.v1.CreateNamespaceRequest\x1a .aion.v1.CreateNamespaceResponse\x12B\n" +
 	"\x03Get\x12\x1c.aion.v1.GetNamespaceRequest\x1a\x1d.aion.v1.GetNamespaceResponse\x12G\n" +
 	"\x04List\x12\x1e.aion.v1.ListNamespacesRequest\x1a\x1f.aion.v1.ListNamespacesResponse\x12K\n" +
-	"\fSetPlacement\x12\x1c.aion.v1.SetPlacementRequest\x1a\x1d.aion.v1.SetPlacementResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
+	"\fSetPlacement\x12\x1c.aion.v1.SetPlacementRequest\x1a\x1d.aion.v1.SetPlacementResponse\x12K\n" +
+	"\fSetFlowLimit\x12\x1c.aion.v1.SetFlowLimitRequest\x1a\x1d.aion.v1.SetFlowLimitResponse\x12K\n" +
+	"\fGetFlowLimit\x12\x1c.aion.v1.GetFlowLimitRequest\x1a\x1d.aion.v1.GetFlowLimitResponse\x12Q\n" +
+	"\x0eListFlowLimits\x12\x1e.aion.v1.ListFlowLimitsRequest\x1a\x1f.aion.v1.ListFlowLimitsResponse\x12Q\n" +
+	"\x0eClearFlowLimit\x12\x1e.aion.v1.ClearFlowLimitRequest\x1a\x1f.aion.v1.ClearFlowLimitResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
 var (
 	file_aion_v1_namespace_proto_rawDescOnce sync.Once
@@ -745,47 +1357,73 @@ func file_aion_v1_namespace_proto_rawDescGZIP() []byte {
 	return file_aion_v1_namespace_proto_rawDescData
 }
 
-var file_aion_v1_namespace_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_aion_v1_namespace_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_aion_v1_namespace_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_aion_v1_namespace_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_aion_v1_namespace_proto_goTypes = []any{
 	(NamespaceOrigin)(0),            // 0: aion.v1.NamespaceOrigin
 	(PlacementMode)(0),              // 1: aion.v1.PlacementMode
-	(*Placement)(nil),               // 2: aion.v1.Placement
-	(*Namespace)(nil),               // 3: aion.v1.Namespace
-	(*CreateNamespaceRequest)(nil),  // 4: aion.v1.CreateNamespaceRequest
-	(*CreateNamespaceResponse)(nil), // 5: aion.v1.CreateNamespaceResponse
-	(*GetNamespaceRequest)(nil),     // 6: aion.v1.GetNamespaceRequest
-	(*GetNamespaceResponse)(nil),    // 7: aion.v1.GetNamespaceResponse
-	(*ListNamespacesRequest)(nil),   // 8: aion.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),  // 9: aion.v1.ListNamespacesResponse
-	(*SetPlacementRequest)(nil),     // 10: aion.v1.SetPlacementRequest
-	(*SetPlacementResponse)(nil),    // 11: aion.v1.SetPlacementResponse
-	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
+	(FlowKind)(0),                   // 2: aion.v1.FlowKind
+	(*Placement)(nil),               // 3: aion.v1.Placement
+	(*Namespace)(nil),               // 4: aion.v1.Namespace
+	(*CreateNamespaceRequest)(nil),  // 5: aion.v1.CreateNamespaceRequest
+	(*CreateNamespaceResponse)(nil), // 6: aion.v1.CreateNamespaceResponse
+	(*GetNamespaceRequest)(nil),     // 7: aion.v1.GetNamespaceRequest
+	(*GetNamespaceResponse)(nil),    // 8: aion.v1.GetNamespaceResponse
+	(*ListNamespacesRequest)(nil),   // 9: aion.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),  // 10: aion.v1.ListNamespacesResponse
+	(*SetPlacementRequest)(nil),     // 11: aion.v1.SetPlacementRequest
+	(*SetPlacementResponse)(nil),    // 12: aion.v1.SetPlacementResponse
+	(*FlowLimit)(nil),               // 13: aion.v1.FlowLimit
+	(*SetFlowLimitRequest)(nil),     // 14: aion.v1.SetFlowLimitRequest
+	(*SetFlowLimitResponse)(nil),    // 15: aion.v1.SetFlowLimitResponse
+	(*GetFlowLimitRequest)(nil),     // 16: aion.v1.GetFlowLimitRequest
+	(*GetFlowLimitResponse)(nil),    // 17: aion.v1.GetFlowLimitResponse
+	(*ListFlowLimitsRequest)(nil),   // 18: aion.v1.ListFlowLimitsRequest
+	(*ListFlowLimitsResponse)(nil),  // 19: aion.v1.ListFlowLimitsResponse
+	(*ClearFlowLimitRequest)(nil),   // 20: aion.v1.ClearFlowLimitRequest
+	(*ClearFlowLimitResponse)(nil),  // 21: aion.v1.ClearFlowLimitResponse
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
 }
 var file_aion_v1_namespace_proto_depIdxs = []int32{
 	1,  // 0: aion.v1.Placement.mode:type_name -> aion.v1.PlacementMode
 	0,  // 1: aion.v1.Namespace.origin:type_name -> aion.v1.NamespaceOrigin
-	2,  // 2: aion.v1.Namespace.placement:type_name -> aion.v1.Placement
-	12, // 3: aion.v1.Namespace.created_time:type_name -> google.protobuf.Timestamp
-	12, // 4: aion.v1.Namespace.last_seen_time:type_name -> google.protobuf.Timestamp
-	3,  // 5: aion.v1.CreateNamespaceResponse.namespace:type_name -> aion.v1.Namespace
-	3,  // 6: aion.v1.GetNamespaceResponse.namespace:type_name -> aion.v1.Namespace
-	3,  // 7: aion.v1.ListNamespacesResponse.namespaces:type_name -> aion.v1.Namespace
-	2,  // 8: aion.v1.SetPlacementRequest.placement:type_name -> aion.v1.Placement
-	3,  // 9: aion.v1.SetPlacementResponse.namespace:type_name -> aion.v1.Namespace
-	4,  // 10: aion.v1.NamespaceService.Create:input_type -> aion.v1.CreateNamespaceRequest
-	6,  // 11: aion.v1.NamespaceService.Get:input_type -> aion.v1.GetNamespaceRequest
-	8,  // 12: aion.v1.NamespaceService.List:input_type -> aion.v1.ListNamespacesRequest
-	10, // 13: aion.v1.NamespaceService.SetPlacement:input_type -> aion.v1.SetPlacementRequest
-	5,  // 14: aion.v1.NamespaceService.Create:output_type -> aion.v1.CreateNamespaceResponse
-	7,  // 15: aion.v1.NamespaceService.Get:output_type -> aion.v1.GetNamespaceResponse
-	9,  // 16: aion.v1.NamespaceService.List:output_type -> aion.v1.ListNamespacesResponse
-	11, // 17: aion.v1.NamespaceService.SetPlacement:output_type -> aion.v1.SetPlacementResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 2: aion.v1.Namespace.placement:type_name -> aion.v1.Placement
+	22, // 3: aion.v1.Namespace.created_time:type_name -> google.protobuf.Timestamp
+	22, // 4: aion.v1.Namespace.last_seen_time:type_name -> google.protobuf.Timestamp
+	4,  // 5: aion.v1.CreateNamespaceResponse.namespace:type_name -> aion.v1.Namespace
+	4,  // 6: aion.v1.GetNamespaceResponse.namespace:type_name -> aion.v1.Namespace
+	4,  // 7: aion.v1.ListNamespacesResponse.namespaces:type_name -> aion.v1.Namespace
+	3,  // 8: aion.v1.SetPlacementRequest.placement:type_name -> aion.v1.Placement
+	4,  // 9: aion.v1.SetPlacementResponse.namespace:type_name -> aion.v1.Namespace
+	2,  // 10: aion.v1.FlowLimit.kind:type_name -> aion.v1.FlowKind
+	22, // 11: aion.v1.FlowLimit.updated_time:type_name -> google.protobuf.Timestamp
+	13, // 12: aion.v1.SetFlowLimitRequest.limit:type_name -> aion.v1.FlowLimit
+	13, // 13: aion.v1.SetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
+	2,  // 14: aion.v1.GetFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
+	13, // 15: aion.v1.GetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
+	13, // 16: aion.v1.ListFlowLimitsResponse.limits:type_name -> aion.v1.FlowLimit
+	2,  // 17: aion.v1.ClearFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
+	5,  // 18: aion.v1.NamespaceService.Create:input_type -> aion.v1.CreateNamespaceRequest
+	7,  // 19: aion.v1.NamespaceService.Get:input_type -> aion.v1.GetNamespaceRequest
+	9,  // 20: aion.v1.NamespaceService.List:input_type -> aion.v1.ListNamespacesRequest
+	11, // 21: aion.v1.NamespaceService.SetPlacement:input_type -> aion.v1.SetPlacementRequest
+	14, // 22: aion.v1.NamespaceService.SetFlowLimit:input_type -> aion.v1.SetFlowLimitRequest
+	16, // 23: aion.v1.NamespaceService.GetFlowLimit:input_type -> aion.v1.GetFlowLimitRequest
+	18, // 24: aion.v1.NamespaceService.ListFlowLimits:input_type -> aion.v1.ListFlowLimitsRequest
+	20, // 25: aion.v1.NamespaceService.ClearFlowLimit:input_type -> aion.v1.ClearFlowLimitRequest
+	6,  // 26: aion.v1.NamespaceService.Create:output_type -> aion.v1.CreateNamespaceResponse
+	8,  // 27: aion.v1.NamespaceService.Get:output_type -> aion.v1.GetNamespaceResponse
+	10, // 28: aion.v1.NamespaceService.List:output_type -> aion.v1.ListNamespacesResponse
+	12, // 29: aion.v1.NamespaceService.SetPlacement:output_type -> aion.v1.SetPlacementResponse
+	15, // 30: aion.v1.NamespaceService.SetFlowLimit:output_type -> aion.v1.SetFlowLimitResponse
+	17, // 31: aion.v1.NamespaceService.GetFlowLimit:output_type -> aion.v1.GetFlowLimitResponse
+	19, // 32: aion.v1.NamespaceService.ListFlowLimits:output_type -> aion.v1.ListFlowLimitsResponse
+	21, // 33: aion.v1.NamespaceService.ClearFlowLimit:output_type -> aion.v1.ClearFlowLimitResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_namespace_proto_init() }
@@ -793,13 +1431,14 @@ func file_aion_v1_namespace_proto_init() {
 	if File_aion_v1_namespace_proto != nil {
 		return
 	}
+	file_aion_v1_namespace_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_namespace_proto_rawDesc), len(file_aion_v1_namespace_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   10,
+			NumEnums:      3,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,17 +21,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NamespaceService_Create_FullMethodName       = "/aion.v1.NamespaceService/Create"
-	NamespaceService_Get_FullMethodName          = "/aion.v1.NamespaceService/Get"
-	NamespaceService_List_FullMethodName         = "/aion.v1.NamespaceService/List"
-	NamespaceService_SetPlacement_FullMethodName = "/aion.v1.NamespaceService/SetPlacement"
+	NamespaceService_Create_FullMethodName         = "/aion.v1.NamespaceService/Create"
+	NamespaceService_Get_FullMethodName            = "/aion.v1.NamespaceService/Get"
+	NamespaceService_List_FullMethodName           = "/aion.v1.NamespaceService/List"
+	NamespaceService_SetPlacement_FullMethodName   = "/aion.v1.NamespaceService/SetPlacement"
+	NamespaceService_SetFlowLimit_FullMethodName   = "/aion.v1.NamespaceService/SetFlowLimit"
+	NamespaceService_GetFlowLimit_FullMethodName   = "/aion.v1.NamespaceService/GetFlowLimit"
+	NamespaceService_ListFlowLimits_FullMethodName = "/aion.v1.NamespaceService/ListFlowLimits"
+	NamespaceService_ClearFlowLimit_FullMethodName = "/aion.v1.NamespaceService/ClearFlowLimit"
 )
 
 // NamespaceServiceClient is the client API for NamespaceService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// NamespaceService manages namespaces and their placement.
+// NamespaceService manages namespaces, their placement and their flow limits.
 type NamespaceServiceClient interface {
 	// Create mints a namespace explicitly. Idempotent: creating an existing namespace returns it
 	// with created=false. Works whether auto-create is open or closed.
@@ -42,6 +46,19 @@ type NamespaceServiceClient interface {
 	List(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
 	// SetPlacement replaces a namespace's placement; NotFound if it was never minted.
 	SetPlacement(ctx context.Context, in *SetPlacementRequest, opts ...grpc.CallOption) (*SetPlacementResponse, error)
+	// SetFlowLimit sets the flow limit of one activity or workflow type of a namespace, replacing
+	// the one it had (a changed limit starts with its buckets full); every server of a cluster
+	// applies it. NotFound if the namespace was never minted; InvalidArgument, naming the field
+	// and value, for an unknown kind, a concurrency, rate or burst of 0 or less, a burst or per_key
+	// without a rate, or neither a concurrency nor a rate.
+	SetFlowLimit(ctx context.Context, in *SetFlowLimitRequest, opts ...grpc.CallOption) (*SetFlowLimitResponse, error)
+	// GetFlowLimit returns the flow limit of one type; NotFound if it has none.
+	GetFlowLimit(ctx context.Context, in *GetFlowLimitRequest, opts ...grpc.CallOption) (*GetFlowLimitResponse, error)
+	// ListFlowLimits returns a namespace's flow limits, ordered by kind and type.
+	ListFlowLimits(ctx context.Context, in *ListFlowLimitsRequest, opts ...grpc.CallOption) (*ListFlowLimitsResponse, error)
+	// ClearFlowLimit removes the flow limit of one type: what it held starts as the other limits
+	// allow. Clearing a type without a limit succeeds with cleared=false.
+	ClearFlowLimit(ctx context.Context, in *ClearFlowLimitRequest, opts ...grpc.CallOption) (*ClearFlowLimitResponse, error)
 }
 
 type namespaceServiceClient struct {
@@ -92,11 +109,51 @@ func (c *namespaceServiceClient) SetPlacement(ctx context.Context, in *SetPlacem
 	return out, nil
 }
 
+func (c *namespaceServiceClient) SetFlowLimit(ctx context.Context, in *SetFlowLimitRequest, opts ...grpc.CallOption) (*SetFlowLimitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetFlowLimitResponse)
+	err := c.cc.Invoke(ctx, NamespaceService_SetFlowLimit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *namespaceServiceClient) GetFlowLimit(ctx context.Context, in *GetFlowLimitRequest, opts ...grpc.CallOption) (*GetFlowLimitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFlowLimitResponse)
+	err := c.cc.Invoke(ctx, NamespaceService_GetFlowLimit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *namespaceServiceClient) ListFlowLimits(ctx context.Context, in *ListFlowLimitsRequest, opts ...grpc.CallOption) (*ListFlowLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFlowLimitsResponse)
+	err := c.cc.Invoke(ctx, NamespaceService_ListFlowLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *namespaceServiceClient) ClearFlowLimit(ctx context.Context, in *ClearFlowLimitRequest, opts ...grpc.CallOption) (*ClearFlowLimitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearFlowLimitResponse)
+	err := c.cc.Invoke(ctx, NamespaceService_ClearFlowLimit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NamespaceServiceServer is the server API for NamespaceService service.
 // All implementations must embed UnimplementedNamespaceServiceServer
 // for forward compatibility.
 //
-// NamespaceService manages namespaces and their placement.
+// NamespaceService manages namespaces, their placement and their flow limits.
 type NamespaceServiceServer interface {
 	// Create mints a namespace explicitly. Idempotent: creating an existing namespace returns it
 	// with created=false. Works whether auto-create is open or closed.
@@ -107,6 +164,19 @@ type NamespaceServiceServer interface {
 	List(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error)
 	// SetPlacement replaces a namespace's placement; NotFound if it was never minted.
 	SetPlacement(context.Context, *SetPlacementRequest) (*SetPlacementResponse, error)
+	// SetFlowLimit sets the flow limit of one activity or workflow type of a namespace, replacing
+	// the one it had (a changed limit starts with its buckets full); every server of a cluster
+	// applies it. NotFound if the namespace was never minted; InvalidArgument, naming the field
+	// and value, for an unknown kind, a concurrency, rate or burst of 0 or less, a burst or per_key
+	// without a rate, or neither a concurrency nor a rate.
+	SetFlowLimit(context.Context, *SetFlowLimitRequest) (*SetFlowLimitResponse, error)
+	// GetFlowLimit returns the flow limit of one type; NotFound if it has none.
+	GetFlowLimit(context.Context, *GetFlowLimitRequest) (*GetFlowLimitResponse, error)
+	// ListFlowLimits returns a namespace's flow limits, ordered by kind and type.
+	ListFlowLimits(context.Context, *ListFlowLimitsRequest) (*ListFlowLimitsResponse, error)
+	// ClearFlowLimit removes the flow limit of one type: what it held starts as the other limits
+	// allow. Clearing a type without a limit succeeds with cleared=false.
+	ClearFlowLimit(context.Context, *ClearFlowLimitRequest) (*ClearFlowLimitResponse, error)
 	mustEmbedUnimplementedNamespaceServiceServer()
 }
 
@@ -128,6 +198,18 @@ func (UnimplementedNamespaceServiceServer) List(context.Context, *ListNamespaces
 }
 func (UnimplementedNamespaceServiceServer) SetPlacement(context.Context, *SetPlacementRequest) (*SetPlacementResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPlacement not implemented")
+}
+func (UnimplementedNamespaceServiceServer) SetFlowLimit(context.Context, *SetFlowLimitRequest) (*SetFlowLimitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetFlowLimit not implemented")
+}
+func (UnimplementedNamespaceServiceServer) GetFlowLimit(context.Context, *GetFlowLimitRequest) (*GetFlowLimitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowLimit not implemented")
+}
+func (UnimplementedNamespaceServiceServer) ListFlowLimits(context.Context, *ListFlowLimitsRequest) (*ListFlowLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFlowLimits not implemented")
+}
+func (UnimplementedNamespaceServiceServer) ClearFlowLimit(context.Context, *ClearFlowLimitRequest) (*ClearFlowLimitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearFlowLimit not implemented")
 }
 func (UnimplementedNamespaceServiceServer) mustEmbedUnimplementedNamespaceServiceServer() {}
 func (UnimplementedNamespaceServiceServer) testEmbeddedByValue()                          {}
@@ -222,6 +304,78 @@ func _NamespaceService_SetPlacement_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NamespaceService_SetFlowLimit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetFlowLimitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NamespaceServiceServer).SetFlowLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NamespaceService_SetFlowLimit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NamespaceServiceServer).SetFlowLimit(ctx, req.(*SetFlowLimitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NamespaceService_GetFlowLimit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlowLimitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NamespaceServiceServer).GetFlowLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NamespaceService_GetFlowLimit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NamespaceServiceServer).GetFlowLimit(ctx, req.(*GetFlowLimitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NamespaceService_ListFlowLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFlowLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NamespaceServiceServer).ListFlowLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NamespaceService_ListFlowLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NamespaceServiceServer).ListFlowLimits(ctx, req.(*ListFlowLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NamespaceService_ClearFlowLimit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearFlowLimitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NamespaceServiceServer).ClearFlowLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NamespaceService_ClearFlowLimit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NamespaceServiceServer).ClearFlowLimit(ctx, req.(*ClearFlowLimitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NamespaceService_ServiceDesc is the grpc.ServiceDesc for NamespaceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -244,6 +398,22 @@ var NamespaceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPlacement",
 			Handler:    _NamespaceService_SetPlacement_Handler,
+		},
+		{
+			MethodName: "SetFlowLimit",
+			Handler:    _NamespaceService_SetFlowLimit_Handler,
+		},
+		{
+			MethodName: "GetFlowLimit",
+			Handler:    _NamespaceService_GetFlowLimit_Handler,
+		},
+		{
+			MethodName: "ListFlowLimits",
+			Handler:    _NamespaceService_ListFlowLimits_Handler,
+		},
+		{
+			MethodName: "ClearFlowLimit",
+			Handler:    _NamespaceService_ClearFlowLimit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

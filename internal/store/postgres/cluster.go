@@ -332,40 +332,63 @@ const claimSQL = `WITH member AS (
 	WHERE a.seq = c.claim_seq
 	RETURNING ` + store.ActivityColumns
 
-// ClaimActivities implements store.Cluster: every claim is one statement, and
-// all of them travel in one round trip.
-func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([][]store.Activity, error) {
+// ClaimActivities implements store.Cluster: every claim without a flow
+// limit is one statement, and all of them travel in one round trip; a claim
+// with a limit runs in a transaction of its own (see claimLimited).
+func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]store.ClaimResult, error) {
 	owner, now, claims := r.Owner, r.Now, r.Claims
+	out := make([]store.ClaimResult, len(claims))
 	b := &pgx.Batch{}
-	for _, c := range claims {
-		before := now
-		if !c.ReadyBefore.IsZero() {
-			before = c.ReadyBefore
+	var plain []int
+	for i, c := range claims {
+		if c.Limit != nil {
+			continue
 		}
+		plain = append(plain, i)
 		workers := make([]int64, len(c.Workers))
 		for i, w := range c.Workers {
 			workers[i] = int64(w)
 		}
 		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
-			store.UnixNanos(before), c.Node, len(c.Workers), workers)
+			store.UnixNanos(readyBefore(c, now)), c.Node, len(c.Workers), workers)
 	}
-	out := make([][]store.Activity, len(claims))
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	for i := range claims {
-		rows, err := br.Query()
+	if len(plain) > 0 {
+		br := s.pool.SendBatch(ctx, b)
+		for _, i := range plain {
+			rows, err := br.Query()
+			if err != nil {
+				br.Close()
+				return nil, fmt.Errorf("claim activities: %w", dbErr(err))
+			}
+			if out[i].Activities, err = pgx.CollectRows(rows, activityRow); err != nil {
+				br.Close()
+				return nil, fmt.Errorf("claim activities: %w", dbErr(err))
+			}
+			slices.SortFunc(out[i].Activities, func(x, y store.Activity) int { return cmp.Compare(x.Seq, y.Seq) })
+		}
+		if err := br.Close(); err != nil {
+			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
+		}
+	}
+	for i, c := range claims {
+		if c.Limit == nil {
+			continue
+		}
+		res, err := s.claimLimited(ctx, owner, now, c)
 		if err != nil {
 			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
 		}
-		if out[i], err = pgx.CollectRows(rows, activityRow); err != nil {
-			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
-		}
-		slices.SortFunc(out[i], func(x, y store.Activity) int { return cmp.Compare(x.Seq, y.Seq) })
-	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("claim activities: %w", dbErr(err))
+		out[i] = res
 	}
 	return out, nil
+}
+
+// readyBefore is the latest ready time a claim takes.
+func readyBefore(c store.Claim, now time.Time) time.Time {
+	if !c.ReadyBefore.IsZero() {
+		return c.ReadyBefore
+	}
+	return now
 }
 
 // UnclaimActivity implements store.Cluster.

@@ -236,6 +236,32 @@ var migrations = []string{
 		PRIMARY KEY (namespace, id)
 	);
 	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
+	// Flow limits per namespace, kind and type; the token buckets of their
+	// rates (key '' for a rate of the whole type), which claims update; and
+	// the running activities by concurrency key, which claims count.
+	`CREATE TABLE flow_limits (
+		namespace   text NOT NULL,
+		kind        text NOT NULL,
+		type        text NOT NULL,
+		concurrency integer NOT NULL,
+		rate        double precision NOT NULL,
+		burst       integer NOT NULL,
+		per_key     boolean NOT NULL,
+		updated_at  bigint NOT NULL,
+		PRIMARY KEY (namespace, kind, type)
+	);
+	CREATE TABLE flow_buckets (
+		namespace text NOT NULL,
+		kind      text NOT NULL,
+		type      text NOT NULL,
+		key       text NOT NULL,
+		tokens    double precision NOT NULL,
+		at        bigint NOT NULL,
+		full_at   bigint NOT NULL,
+		PRIMARY KEY (namespace, kind, type, key)
+	);
+	CREATE INDEX flow_buckets_full ON flow_buckets (full_at);
+	CREATE INDEX activities_running_key ON activities (namespace, activity_type, concurrency_key) WHERE state = 'running'`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

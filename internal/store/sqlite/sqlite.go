@@ -451,6 +451,19 @@ var migrations = []string{
 		PRIMARY KEY (namespace, id)
 	) STRICT;
 	CREATE INDEX schedules_due ON schedules (next_due) WHERE next_due <> 0`,
+	// Flow limits: per namespace, kind and type, a concurrency limit per
+	// concurrency key and a token-bucket rate.
+	`CREATE TABLE flow_limits (
+		namespace   TEXT NOT NULL,
+		kind        TEXT NOT NULL,
+		type        TEXT NOT NULL,
+		concurrency INTEGER NOT NULL,
+		rate        REAL NOT NULL,
+		burst       INTEGER NOT NULL,
+		per_key     INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		PRIMARY KEY (namespace, kind, type)
+	) WITHOUT ROWID`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -54,6 +54,10 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"NoticesReachEveryListener", testNotices},
 		{"CanceledContextChangesNothing", testClusterCanceledContext},
 		{"ClaimsTakeTheMostUrgentFirst", testClaimsTakeTheMostUrgentFirst},
+		{"LimitedClaimsHoldConcurrencyAcrossServers", testLimitedClaimsHoldConcurrencyAcrossServers},
+		{"ConcurrentLimitedClaimsNeverExceedTheLimit", testConcurrentLimitedClaims},
+		{"LimitedClaimsShareARateBucket", testLimitedClaimsShareARateBucket},
+		{"LimitedSlotOfADeadServerIsFreedByTheReap", testLimitedSlotOfADeadServer},
 		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
 		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
@@ -112,8 +116,20 @@ func (c *clusterCase) apply(ws ...store.Write) []bool {
 	return changed
 }
 
-// claim claims for owner at now, failing the test on an error.
+// claim claims for owner at now, failing the test on an error, and
+// returns the activities of each claim.
 func (c *clusterCase) claim(owner store.ServerID, now time.Time, claims ...store.Claim) [][]store.Activity {
+	c.t.Helper()
+	res := c.claimResults(owner, now, claims...)
+	out := make([][]store.Activity, len(res))
+	for i, r := range res {
+		out[i] = r.Activities
+	}
+	return out
+}
+
+// claimResults claims for owner at now, failing the test on an error.
+func (c *clusterCase) claimResults(owner store.ServerID, now time.Time, claims ...store.Claim) []store.ClaimResult {
 	c.t.Helper()
 	got, err := c.s.ClaimActivities(c.ctx, store.ClaimRequest{Owner: owner, Now: now, Claims: claims})
 	if err != nil {
@@ -281,12 +297,12 @@ func testConcurrentClaims(t *testing.T, c *clusterCase) {
 					t.Error(err)
 					return
 				}
-				if len(res[0])+len(res[1]) == 0 {
+				if len(res[0].Activities)+len(res[1].Activities) == 0 {
 					return
 				}
 				mu.Lock()
-				for _, rows := range res {
-					for _, a := range rows {
+				for _, r := range res {
+					for _, a := range r.Activities {
 						if other, dup := got[a.ID]; dup {
 							t.Errorf("%s claimed by server %d and %d", a.ID, other, id)
 						}

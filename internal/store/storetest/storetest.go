@@ -36,6 +36,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runSchedule(t, open)
 	})
+	t.Run("Flow", func(t *testing.T) {
+		t.Parallel()
+		runFlow(t, open)
+	})
 }
 
 func runNamespace(t *testing.T, open Opener) {
