@@ -272,28 +272,34 @@ class WhyRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
 
 class WhyResponse(_message.Message):
-    __slots__ = ["ahead", "eligible", "free_slots", "message", "nodes", "reason", "state", "until", "worker_id", "workers"]
+    __slots__ = ["ahead", "concurrency_key", "eligible", "free_slots", "limit", "message", "nodes", "reason", "running", "state", "until", "worker_id", "workers"]
     AHEAD_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     ELIGIBLE_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ahead: int
+    concurrency_key: str
     eligible: int
     free_slots: int
+    limit: int
     message: str
     nodes: _containers.RepeatedScalarFieldContainer[str]
     reason: str
+    running: int
     state: ActivityState
     until: _timestamp_pb2.Timestamp
     worker_id: int
     workers: int
-    def __init__(self, state: _Optional[_Union[ActivityState, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ahead: _Optional[int] = ..., workers: _Optional[int] = ..., eligible: _Optional[int] = ..., free_slots: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., worker_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[ActivityState, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ahead: _Optional[int] = ..., workers: _Optional[int] = ..., eligible: _Optional[int] = ..., free_slots: _Optional[int] = ..., nodes: _Optional[_Iterable[str]] = ..., worker_id: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., running: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ActivityState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -118,7 +118,8 @@ class ActivityServiceServicer(object):
     def Why(self, request, context):
         """Why explains, from the server's live state, why an activity is not running: no worker
         serves it, its node pin or placement excludes the workers there are, every slot is busy
-        (and how many wait before it), its namespace's in-flight cap, its delayed start or retry
+        (and how many wait before it), its namespace's in-flight cap, its type's concurrency limit
+        (which key, how many of the limit run) or rate limit (until when), its delayed start or retry
         backoff (until when); or that it runs or closed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

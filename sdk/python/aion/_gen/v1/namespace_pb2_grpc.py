@@ -6,7 +6,7 @@ from aion._gen.v1 import namespace_pb2 as aion_dot_v1_dot_namespace__pb2
 
 
 class NamespaceServiceStub(object):
-    """NamespaceService manages namespaces and their placement.
+    """NamespaceService manages namespaces, their placement and their flow limits.
     """
 
     def __init__(self, channel):
@@ -35,10 +35,30 @@ class NamespaceServiceStub(object):
                 request_serializer=aion_dot_v1_dot_namespace__pb2.SetPlacementRequest.SerializeToString,
                 response_deserializer=aion_dot_v1_dot_namespace__pb2.SetPlacementResponse.FromString,
                 )
+        self.SetFlowLimit = channel.unary_unary(
+                '/aion.v1.NamespaceService/SetFlowLimit',
+                request_serializer=aion_dot_v1_dot_namespace__pb2.SetFlowLimitRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_namespace__pb2.SetFlowLimitResponse.FromString,
+                )
+        self.GetFlowLimit = channel.unary_unary(
+                '/aion.v1.NamespaceService/GetFlowLimit',
+                request_serializer=aion_dot_v1_dot_namespace__pb2.GetFlowLimitRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_namespace__pb2.GetFlowLimitResponse.FromString,
+                )
+        self.ListFlowLimits = channel.unary_unary(
+                '/aion.v1.NamespaceService/ListFlowLimits',
+                request_serializer=aion_dot_v1_dot_namespace__pb2.ListFlowLimitsRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_namespace__pb2.ListFlowLimitsResponse.FromString,
+                )
+        self.ClearFlowLimit = channel.unary_unary(
+                '/aion.v1.NamespaceService/ClearFlowLimit',
+                request_serializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.FromString,
+                )
 
 
 class NamespaceServiceServicer(object):
-    """NamespaceService manages namespaces and their placement.
+    """NamespaceService manages namespaces, their placement and their flow limits.
     """
 
     def Create(self, request, context):
@@ -70,6 +90,39 @@ class NamespaceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetFlowLimit(self, request, context):
+        """SetFlowLimit sets the flow limit of one activity or workflow type of a namespace, replacing
+        the one it had (a changed limit starts with its buckets full); every server of a cluster
+        applies it. NotFound if the namespace was never minted; InvalidArgument, naming the field
+        and value, for an unknown kind, a concurrency, rate or burst of 0 or less, a burst or per_key
+        without a rate, or neither a concurrency nor a rate.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFlowLimit(self, request, context):
+        """GetFlowLimit returns the flow limit of one type; NotFound if it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFlowLimits(self, request, context):
+        """ListFlowLimits returns a namespace's flow limits, ordered by kind and type.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearFlowLimit(self, request, context):
+        """ClearFlowLimit removes the flow limit of one type: what it held starts as the other limits
+        allow. Clearing a type without a limit succeeds with cleared=false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NamespaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +146,26 @@ def add_NamespaceServiceServicer_to_server(servicer, server):
                     request_deserializer=aion_dot_v1_dot_namespace__pb2.SetPlacementRequest.FromString,
                     response_serializer=aion_dot_v1_dot_namespace__pb2.SetPlacementResponse.SerializeToString,
             ),
+            'SetFlowLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFlowLimit,
+                    request_deserializer=aion_dot_v1_dot_namespace__pb2.SetFlowLimitRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_namespace__pb2.SetFlowLimitResponse.SerializeToString,
+            ),
+            'GetFlowLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFlowLimit,
+                    request_deserializer=aion_dot_v1_dot_namespace__pb2.GetFlowLimitRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_namespace__pb2.GetFlowLimitResponse.SerializeToString,
+            ),
+            'ListFlowLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFlowLimits,
+                    request_deserializer=aion_dot_v1_dot_namespace__pb2.ListFlowLimitsRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_namespace__pb2.ListFlowLimitsResponse.SerializeToString,
+            ),
+            'ClearFlowLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearFlowLimit,
+                    request_deserializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'aion.v1.NamespaceService', rpc_method_handlers)
@@ -101,7 +174,7 @@ def add_NamespaceServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class NamespaceService(object):
-    """NamespaceService manages namespaces and their placement.
+    """NamespaceService manages namespaces, their placement and their flow limits.
     """
 
     @staticmethod
@@ -169,5 +242,73 @@ class NamespaceService(object):
         return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/SetPlacement',
             aion_dot_v1_dot_namespace__pb2.SetPlacementRequest.SerializeToString,
             aion_dot_v1_dot_namespace__pb2.SetPlacementResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetFlowLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/SetFlowLimit',
+            aion_dot_v1_dot_namespace__pb2.SetFlowLimitRequest.SerializeToString,
+            aion_dot_v1_dot_namespace__pb2.SetFlowLimitResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetFlowLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/GetFlowLimit',
+            aion_dot_v1_dot_namespace__pb2.GetFlowLimitRequest.SerializeToString,
+            aion_dot_v1_dot_namespace__pb2.GetFlowLimitResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListFlowLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/ListFlowLimits',
+            aion_dot_v1_dot_namespace__pb2.ListFlowLimitsRequest.SerializeToString,
+            aion_dot_v1_dot_namespace__pb2.ListFlowLimitsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ClearFlowLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/ClearFlowLimit',
+            aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.SerializeToString,
+            aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
