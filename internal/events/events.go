@@ -64,7 +64,27 @@ const (
 	// is durable. They are news, not topology: a snapshot holds no runs.
 	RunStarted Kind = "run_started"
 	RunClosed  Kind = "run_closed"
+	// ScheduleFired reports what a schedule's tick came to: a fire started
+	// or failed, or ticks skipped or missed. News, like runs.
+	ScheduleFired Kind = "schedule_fired"
 )
+
+// Fire is what a schedule's ticks came to.
+type Fire struct {
+	Namespace  string `json:"namespace"`
+	ScheduleID string `json:"schedule_id"`
+	// Outcome is started or failed for one fire, skipped or missed for
+	// Count ticks, the last of them at Nominal.
+	Outcome string    `json:"outcome"`
+	Origin  string    `json:"origin,omitempty"`
+	Nominal time.Time `json:"nominal_time,omitzero"`
+	Count   int       `json:"count"`
+	// ActionID names the activity or workflow id a fire started, RunID
+	// its run.
+	ActionID string `json:"action_id,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
 
 // Run names a workflow run that started or closed.
 type Run struct {
@@ -103,6 +123,8 @@ type Event struct {
 	Pools     []Pool           `json:"pools,omitempty"`
 	// Run is set for run_started and run_closed.
 	Run *Run `json:"run,omitempty"`
+	// Fire is set for schedule_fired.
+	Fire *Fire `json:"fire,omitempty"`
 
 	// memo is shared by every copy of a published event.
 	memo *memo

@@ -99,6 +99,26 @@ type Config struct {
 	// Grace is how long a fire decided by another scheduler is left to it
 	// before this one carries it out; 0 means 10s.
 	Grace time.Duration
+	// Events, when set, is told of each fire this scheduler recorded as
+	// started or failed and of the ticks a pass skipped or missed, once
+	// durable. It must not block.
+	Events func(Event)
+}
+
+// Event is news of what a schedule's ticks came to.
+type Event struct {
+	Namespace, ScheduleID string
+	// Outcome is started or failed for one fire; skipped or missed for
+	// Count ticks, the last of them at Nominal.
+	Outcome string
+	Origin  string
+	Nominal time.Time
+	Count   int
+	// ActionID names the activity or workflow a fire started; RunID the
+	// run, for a workflow.
+	ActionID, RunID string
+	// Detail says why a fire failed.
+	Detail string
 }
 
 // Bounds of the loop.
@@ -142,6 +162,7 @@ type Scheduler struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+	events func(Event)
 	// carrying holds the action ids of the fires this process is carrying
 	// out, so the loop and a Trigger's own call never start one twice.
 	carrying map[string]bool
@@ -153,7 +174,8 @@ type Scheduler struct {
 // New returns a scheduler; nothing runs until Start.
 func New(cfg Config) *Scheduler {
 	s := &Scheduler{st: cfg.Store, eng: cfg.Engine, ns: cfg.Namespaces, clk: cfg.Clock, log: cfg.Log, obs: cfg.Observer,
-		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1), carrying: make(map[string]bool)}
+		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1), carrying: make(map[string]bool),
+		events: cfg.Events}
 	if s.clk == nil {
 		s.clk = clock.Real()
 	}
@@ -322,9 +344,13 @@ func (s *Scheduler) process(ctx context.Context, sc store.Schedule) bool {
 			sc = rec
 			if plan.Skipped > 0 {
 				s.obs.Skipped(sc.Namespace, plan.Skipped)
+				s.emit(Event{Namespace: sc.Namespace, ScheduleID: sc.ID, Outcome: store.RecordSkipped, Count: plan.Skipped,
+					Nominal: lastRecord(sc.State, store.RecordSkipped)})
 			}
 			if plan.Missed > 0 {
 				s.obs.Missed(sc.Namespace, plan.Missed)
+				s.emit(Event{Namespace: sc.Namespace, ScheduleID: sc.ID, Outcome: store.RecordMissed, Count: plan.Missed,
+					Nominal: lastRecord(sc.State, store.RecordMissed)})
 			}
 		}
 		s.carryOutPending(ctx, trig, sc)
@@ -333,6 +359,30 @@ func (s *Scheduler) process(ctx context.Context, sc store.Schedule) bool {
 	}
 	s.log.Warn("schedule changed under every try of a pass; left for the next", "namespace", sc.Namespace, "schedule", sc.ID)
 	return false
+}
+
+// emit passes e on to the configured Events, if any.
+func (s *Scheduler) emit(e Event) {
+	if s.events != nil {
+		s.events(e)
+	}
+}
+
+// emitRecord is emit for one settled fire.
+func (s *Scheduler) emitRecord(sc store.Schedule, r store.ScheduleRecord) {
+	s.emit(Event{Namespace: sc.Namespace, ScheduleID: sc.ID, Outcome: r.Outcome, Origin: r.Origin, Nominal: r.Nominal, Count: 1,
+		ActionID: r.ActionID, RunID: r.RunID, Detail: r.Detail})
+}
+
+// lastRecord is the nominal time of the newest recent record with outcome,
+// zero when none is held.
+func lastRecord(st store.ScheduleState, outcome string) time.Time {
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		if st.Recent[i].Outcome == outcome {
+			return st.Recent[i].Nominal
+		}
+	}
+	return time.Time{}
 }
 
 // reload reads the schedule again after a lost compare-and-set; ok is false
@@ -623,10 +673,12 @@ func (s *Scheduler) settle(ctx context.Context, trig *schedule.Trigger, sc store
 					s.log.Error("a schedule's fire failed", "namespace", sc.Namespace, "schedule", sc.ID,
 						"action", o.fire.ActionID, "err", o.rec.Detail)
 					s.obs.Failed(sc.Namespace)
+					s.emitRecord(sc, o.rec)
 					continue
 				}
 				if fired(o) {
 					s.obs.Fired(sc.Namespace, o.fire.Origin, max(o.rec.At.Sub(o.fire.FireAt), 0))
+					s.emitRecord(sc, o.rec)
 				}
 			}
 			return

@@ -223,6 +223,11 @@ func eventToProto(e events.Event, s *Server) *aionv1.ClusterEvent {
 		out.Event = &aionv1.ClusterEvent_RunStarted{RunStarted: &aionv1.RunStarted{Run: runEventToProto(e)}}
 	case events.RunClosed:
 		out.Event = &aionv1.ClusterEvent_RunClosed{RunClosed: &aionv1.RunClosed{Run: runEventToProto(e)}}
+	case events.ScheduleFired:
+		f := e.Fire
+		out.Event = &aionv1.ClusterEvent_ScheduleFired{ScheduleFired: &aionv1.ScheduleFired{Namespace: f.Namespace,
+			ScheduleId: f.ScheduleID, Outcome: outcomesToProto[f.Outcome], Origin: f.Origin, NominalTime: ts(f.Nominal),
+			Count: int64(f.Count), ActionId: f.ActionID, RunId: f.RunID, Detail: f.Detail}}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/scheduler"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -64,4 +65,11 @@ func runEvent(c engine.RunChange) events.Event {
 	}
 	return events.Event{Kind: kind, Time: c.At, Run: &events.Run{Namespace: c.Namespace, WorkflowID: c.WorkflowID,
 		RunID: c.RunID, WorkflowType: c.WorkflowType, TaskQueue: c.TaskQueue, Status: c.Status}}
+}
+
+// publishFire puts what a schedule's ticks came to on the event bus.
+func (s *Server) publishFire(e scheduler.Event) {
+	s.bus.Publish(events.Event{Kind: events.ScheduleFired, Fire: &events.Fire{Namespace: e.Namespace, ScheduleID: e.ScheduleID,
+		Outcome: e.Outcome, Origin: e.Origin, Nominal: e.Nominal, Count: e.Count, ActionID: e.ActionID, RunID: e.RunID,
+		Detail: e.Detail}})
 }

@@ -74,6 +74,9 @@ func scopeEvent(caller namespace.Identity, e events.Event) (events.Event, bool) 
 	if e.Run != nil {
 		return e, caller.Allows(e.Run.Namespace)
 	}
+	if e.Fire != nil {
+		return e, caller.Allows(e.Fire.Namespace)
+	}
 	if e.Pools != nil {
 		e.Pools = scopePools(caller, e.Pools)
 	}

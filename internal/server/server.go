@@ -217,7 +217,7 @@ func (s *Server) wire() {
 		MaxListBytes:                cfg.MaxListBytes,
 	})
 	s.sched = scheduler.New(scheduler.Config{Store: s.st, Engine: s.eng, Namespaces: s.minter, Log: s.log.With("part", "scheduler"),
-		Observer: s.metrics.Schedules(), MaxPayload: limit.Payload})
+		Observer: s.metrics.Schedules(), MaxPayload: limit.Payload, Events: s.publishFire})
 	if clustered {
 		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
 			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -149,6 +150,12 @@ func sseEvents(t *testing.T, url, token string) <-chan sseEvent {
 // failing on anything that is not JSON or on a sequence that goes back.
 func runEvents(t *testing.T, ch <-chan sseEvent, n int) []sseEvent {
 	t.Helper()
+	return kindEvents(t, ch, "run_", n)
+}
+
+// kindEvents is runEvents for the events whose kind starts with prefix.
+func kindEvents(t *testing.T, ch <-chan sseEvent, prefix string, n int) []sseEvent {
+	t.Helper()
 	var out []sseEvent
 	var last uint64
 	deadline := time.After(10 * time.Second)
@@ -170,11 +177,11 @@ func runEvents(t *testing.T, ch <-chan sseEvent, n int) []sseEvent {
 				t.Fatalf("frame %s has sequence %v after %d", e.kind, e.data["sequence"], last)
 			}
 			last = seq
-			if strings.HasPrefix(e.kind, "run_") {
+			if strings.HasPrefix(e.kind, prefix) {
 				out = append(out, e)
 			}
 		case <-deadline:
-			t.Fatalf("only %d run events within 10s, want %d", len(out), n)
+			t.Fatalf("only %d %s events within 10s, want %d", len(out), prefix, n)
 		}
 	}
 	return out
@@ -265,5 +272,36 @@ func TestEventStreamCarriesRunStartsAndClosesScopedByNamespace(t *testing.T) {
 	}
 	if len(runIDs) != 4 {
 		t.Fatalf("Watch sent run events %v, want both runs started and closed", runIDs)
+	}
+}
+
+// The event stream tells of schedule fires, each to the callers of its
+// namespace only.
+func TestEventStreamCarriesScheduleFiresScopedByNamespace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *server.Config) {
+		c.Auth.Mode = "token"
+		c.Auth.Keys = []auth.APIKey{
+			key("ops", "admin-secret", []auth.Role{auth.RoleAdmin}, "*"),
+			key("a-admin", "a-admin-secret", []auth.Role{auth.RoleAdmin}, "tenant-a"),
+		}
+	})
+	events := "http://" + b.srv.HTTPAddr() + "/api/v1/events"
+	all := sseEvents(t, events, "admin-secret")
+	mine := sseEvents(t, events, "a-admin-secret")
+	base := "http://" + b.srv.HTTPAddr() + "/api/v1/schedules"
+	for _, ns := range []string{"tenant-b", "tenant-a"} {
+		apiCall(t, "POST", base, "admin-secret", scheduleBody(ns, "hourly"), 200)
+		apiCall(t, "POST", base+"/"+ns+"/hourly/trigger", "admin-secret", "", 200)
+	}
+	fire := func(e sseEvent) map[string]any { return obj(e.data["schedule_fired"]) }
+	got := kindEvents(t, all, "schedule_", 2)
+	if fire(got[0])["namespace"] != "tenant-b" || fire(got[1])["namespace"] != "tenant-a" {
+		t.Fatalf("admin's stream: %v, %v", got[0].data, got[1].data)
+	}
+	f := fire(kindEvents(t, mine, "schedule_", 1)[0])
+	if f["namespace"] != "tenant-a" || f["schedule_id"] != "hourly" || f["outcome"] != "SCHEDULE_ACTION_OUTCOME_STARTED" ||
+		f["origin"] != "trigger" || !strings.HasPrefix(fmt.Sprint(f["action_id"]), "hourly@") || f["nominal_time"] == nil {
+		t.Fatalf("tenant-a's fire = %v, want its trigger started under a tick's action id", f)
 	}
 }

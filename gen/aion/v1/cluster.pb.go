@@ -714,6 +714,7 @@ type ClusterEvent struct {
 	//	*ClusterEvent_PoolStats
 	//	*ClusterEvent_RunStarted
 	//	*ClusterEvent_RunClosed
+	//	*ClusterEvent_ScheduleFired
 	Event         isClusterEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -851,6 +852,15 @@ func (x *ClusterEvent) GetRunClosed() *RunClosed {
 	return nil
 }
 
+func (x *ClusterEvent) GetScheduleFired() *ScheduleFired {
+	if x != nil {
+		if x, ok := x.Event.(*ClusterEvent_ScheduleFired); ok {
+			return x.ScheduleFired
+		}
+	}
+	return nil
+}
+
 type isClusterEvent_Event interface {
 	isClusterEvent_Event()
 }
@@ -901,6 +911,12 @@ type ClusterEvent_RunClosed struct {
 	RunClosed *RunClosed `protobuf:"bytes,11,opt,name=run_closed,json=runClosed,proto3,oneof"`
 }
 
+type ClusterEvent_ScheduleFired struct {
+	// A schedule's tick came to something: a fire started or failed, or ticks were skipped or
+	// missed. News, like runs. Told by the server whose scheduler recorded it.
+	ScheduleFired *ScheduleFired `protobuf:"bytes,12,opt,name=schedule_fired,json=scheduleFired,proto3,oneof"`
+}
+
 func (*ClusterEvent_Snapshot) isClusterEvent_Event() {}
 
 func (*ClusterEvent_WorkerConnected) isClusterEvent_Event() {}
@@ -919,6 +935,126 @@ func (*ClusterEvent_RunStarted) isClusterEvent_Event() {}
 
 func (*ClusterEvent_RunClosed) isClusterEvent_Event() {}
 
+func (*ClusterEvent_ScheduleFired) isClusterEvent_Event() {}
+
+// ScheduleFired reports what a schedule's ticks came to.
+type ScheduleFired struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the schedule.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Schedule id.
+	ScheduleId string `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// STARTED or FAILED for one fire; SKIPPED or MISSED for count ticks.
+	Outcome ScheduleActionOutcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=aion.v1.ScheduleActionOutcome" json:"outcome,omitempty"`
+	// What fired it: tick, catch_up, trigger, backfill or buffered.
+	Origin string `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The tick's nominal time; for several ticks, the last one's.
+	NominalTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
+	// How many ticks the event covers (1 for a fire).
+	Count int64 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// The activity or workflow id the fire started.
+	ActionId string `protobuf:"bytes,7,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"`
+	// The run a workflow fire started.
+	RunId string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Why a fire failed.
+	Detail        string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleFired) Reset() {
+	*x = ScheduleFired{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleFired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleFired) ProtoMessage() {}
+
+func (x *ScheduleFired) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleFired.ProtoReflect.Descriptor instead.
+func (*ScheduleFired) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ScheduleFired) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ScheduleFired) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ScheduleFired) GetOutcome() ScheduleActionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ScheduleActionOutcome_SCHEDULE_ACTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ScheduleFired) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ScheduleFired) GetNominalTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NominalTime
+	}
+	return nil
+}
+
+func (x *ScheduleFired) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ScheduleFired) GetActionId() string {
+	if x != nil {
+		return x.ActionId
+	}
+	return ""
+}
+
+func (x *ScheduleFired) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ScheduleFired) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // RunStarted reports a new run: its ids, type, task queue, status RUNNING and start time.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -930,7 +1066,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1078,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1091,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -976,7 +1112,7 @@ type RunClosed struct {
 
 func (x *RunClosed) Reset() {
 	*x = RunClosed{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1124,7 @@ func (x *RunClosed) String() string {
 func (*RunClosed) ProtoMessage() {}
 
 func (x *RunClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1137,7 @@ func (x *RunClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunClosed.ProtoReflect.Descriptor instead.
 func (*RunClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunClosed) GetRun() *Run {
@@ -1026,7 +1162,7 @@ type ClusterSnapshot struct {
 
 func (x *ClusterSnapshot) Reset() {
 	*x = ClusterSnapshot{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1174,7 @@ func (x *ClusterSnapshot) String() string {
 func (*ClusterSnapshot) ProtoMessage() {}
 
 func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1187,7 @@ func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSnapshot.ProtoReflect.Descriptor instead.
 func (*ClusterSnapshot) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClusterSnapshot) GetWorkers() []*Worker {
@@ -1086,7 +1222,7 @@ type WorkerConnected struct {
 
 func (x *WorkerConnected) Reset() {
 	*x = WorkerConnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1234,7 @@ func (x *WorkerConnected) String() string {
 func (*WorkerConnected) ProtoMessage() {}
 
 func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1247,7 @@ func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerConnected.ProtoReflect.Descriptor instead.
 func (*WorkerConnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerConnected) GetWorker() *Worker {
@@ -1132,7 +1268,7 @@ type WorkerDraining struct {
 
 func (x *WorkerDraining) Reset() {
 	*x = WorkerDraining{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1280,7 @@ func (x *WorkerDraining) String() string {
 func (*WorkerDraining) ProtoMessage() {}
 
 func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1293,7 @@ func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDraining.ProtoReflect.Descriptor instead.
 func (*WorkerDraining) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerDraining) GetWorkerId() uint64 {
@@ -1182,7 +1318,7 @@ type WorkerDisconnected struct {
 
 func (x *WorkerDisconnected) Reset() {
 	*x = WorkerDisconnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1330,7 @@ func (x *WorkerDisconnected) String() string {
 func (*WorkerDisconnected) ProtoMessage() {}
 
 func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1343,7 @@ func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDisconnected.ProtoReflect.Descriptor instead.
 func (*WorkerDisconnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerDisconnected) GetWorkerId() uint64 {
@@ -1242,7 +1378,7 @@ type NamespaceCreated struct {
 
 func (x *NamespaceCreated) Reset() {
 	*x = NamespaceCreated{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1390,7 @@ func (x *NamespaceCreated) String() string {
 func (*NamespaceCreated) ProtoMessage() {}
 
 func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1403,7 @@ func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCreated.ProtoReflect.Descriptor instead.
 func (*NamespaceCreated) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NamespaceCreated) GetNamespace() *Namespace {
@@ -1288,7 +1424,7 @@ type PlacementChanged struct {
 
 func (x *PlacementChanged) Reset() {
 	*x = PlacementChanged{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1436,7 @@ func (x *PlacementChanged) String() string {
 func (*PlacementChanged) ProtoMessage() {}
 
 func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1449,7 @@ func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementChanged.ProtoReflect.Descriptor instead.
 func (*PlacementChanged) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlacementChanged) GetNamespace() *Namespace {
@@ -1336,7 +1472,7 @@ type PoolStatsUpdate struct {
 
 func (x *PoolStatsUpdate) Reset() {
 	*x = PoolStatsUpdate{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1484,7 @@ func (x *PoolStatsUpdate) String() string {
 func (*PoolStatsUpdate) ProtoMessage() {}
 
 func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1497,7 @@ func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatsUpdate.ProtoReflect.Descriptor instead.
 func (*PoolStatsUpdate) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolStatsUpdate) GetPools() []*PoolStats {
@@ -1375,7 +1511,7 @@ var File_aion_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x06\n" +
+	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/schedule.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x06\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
@@ -1423,7 +1559,7 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\x13DrainWorkerResponse\x12'\n" +
 	"\x06worker\x18\x01 \x01(\v2\x0f.aion.v1.WorkerR\x06worker\"5\n" +
 	"\fWatchRequest\x12%\n" +
-	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xb2\x05\n" +
+	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xf3\x05\n" +
 	"\fClusterEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x126\n" +
@@ -1439,8 +1575,20 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	" \x01(\v2\x13.aion.v1.RunStartedH\x00R\n" +
 	"runStarted\x123\n" +
 	"\n" +
-	"run_closed\x18\v \x01(\v2\x12.aion.v1.RunClosedH\x00R\trunClosedB\a\n" +
-	"\x05event\",\n" +
+	"run_closed\x18\v \x01(\v2\x12.aion.v1.RunClosedH\x00R\trunClosed\x12?\n" +
+	"\x0eschedule_fired\x18\f \x01(\v2\x16.aion.v1.ScheduleFiredH\x00R\rscheduleFiredB\a\n" +
+	"\x05event\"\xc1\x02\n" +
+	"\rScheduleFired\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
+	"\vschedule_id\x18\x02 \x01(\tR\n" +
+	"scheduleId\x128\n" +
+	"\aoutcome\x18\x03 \x01(\x0e2\x1e.aion.v1.ScheduleActionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\x12=\n" +
+	"\fnominal_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x03R\x05count\x12\x1b\n" +
+	"\taction_id\x18\a \x01(\tR\bactionId\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\",\n" +
 	"\n" +
 	"RunStarted\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\"+\n" +
@@ -1497,7 +1645,7 @@ func file_aion_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_aion_v1_cluster_proto_goTypes = []any{
 	(WorkerState)(0),              // 0: aion.v1.WorkerState
 	(DisconnectReason)(0),         // 1: aion.v1.DisconnectReason
@@ -1509,60 +1657,65 @@ var file_aion_v1_cluster_proto_goTypes = []any{
 	(*DrainWorkerResponse)(nil),   // 7: aion.v1.DrainWorkerResponse
 	(*WatchRequest)(nil),          // 8: aion.v1.WatchRequest
 	(*ClusterEvent)(nil),          // 9: aion.v1.ClusterEvent
-	(*RunStarted)(nil),            // 10: aion.v1.RunStarted
-	(*RunClosed)(nil),             // 11: aion.v1.RunClosed
-	(*ClusterSnapshot)(nil),       // 12: aion.v1.ClusterSnapshot
-	(*WorkerConnected)(nil),       // 13: aion.v1.WorkerConnected
-	(*WorkerDraining)(nil),        // 14: aion.v1.WorkerDraining
-	(*WorkerDisconnected)(nil),    // 15: aion.v1.WorkerDisconnected
-	(*NamespaceCreated)(nil),      // 16: aion.v1.NamespaceCreated
-	(*PlacementChanged)(nil),      // 17: aion.v1.PlacementChanged
-	(*PoolStatsUpdate)(nil),       // 18: aion.v1.PoolStatsUpdate
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(InterventionPrimitive)(0),    // 20: aion.v1.InterventionPrimitive
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
-	(*Run)(nil),                   // 22: aion.v1.Run
-	(*Namespace)(nil),             // 23: aion.v1.Namespace
+	(*ScheduleFired)(nil),         // 10: aion.v1.ScheduleFired
+	(*RunStarted)(nil),            // 11: aion.v1.RunStarted
+	(*RunClosed)(nil),             // 12: aion.v1.RunClosed
+	(*ClusterSnapshot)(nil),       // 13: aion.v1.ClusterSnapshot
+	(*WorkerConnected)(nil),       // 14: aion.v1.WorkerConnected
+	(*WorkerDraining)(nil),        // 15: aion.v1.WorkerDraining
+	(*WorkerDisconnected)(nil),    // 16: aion.v1.WorkerDisconnected
+	(*NamespaceCreated)(nil),      // 17: aion.v1.NamespaceCreated
+	(*PlacementChanged)(nil),      // 18: aion.v1.PlacementChanged
+	(*PoolStatsUpdate)(nil),       // 19: aion.v1.PoolStatsUpdate
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(InterventionPrimitive)(0),    // 21: aion.v1.InterventionPrimitive
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(ScheduleActionOutcome)(0),    // 23: aion.v1.ScheduleActionOutcome
+	(*Run)(nil),                   // 24: aion.v1.Run
+	(*Namespace)(nil),             // 25: aion.v1.Namespace
 }
 var file_aion_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: aion.v1.Worker.state:type_name -> aion.v1.WorkerState
-	19, // 1: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
-	19, // 2: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	20, // 3: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
-	21, // 4: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
+	20, // 1: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
+	20, // 2: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	21, // 3: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
+	22, // 4: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
 	2,  // 5: aion.v1.ListWorkersResponse.workers:type_name -> aion.v1.Worker
 	2,  // 6: aion.v1.DrainWorkerResponse.worker:type_name -> aion.v1.Worker
-	19, // 7: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 8: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
-	13, // 9: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
-	14, // 10: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
-	15, // 11: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
-	16, // 12: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
-	17, // 13: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
-	18, // 14: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
-	10, // 15: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
-	11, // 16: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
-	22, // 17: aion.v1.RunStarted.run:type_name -> aion.v1.Run
-	22, // 18: aion.v1.RunClosed.run:type_name -> aion.v1.Run
-	2,  // 19: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
-	23, // 20: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
-	3,  // 21: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
-	2,  // 22: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
-	1,  // 23: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
-	23, // 24: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
-	23, // 25: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
-	3,  // 26: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
-	4,  // 27: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
-	6,  // 28: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
-	8,  // 29: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
-	5,  // 30: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
-	7,  // 31: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
-	9,  // 32: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
-	30, // [30:33] is the sub-list for method output_type
-	27, // [27:30] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	20, // 7: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	13, // 8: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
+	14, // 9: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
+	15, // 10: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
+	16, // 11: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
+	17, // 12: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
+	18, // 13: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
+	19, // 14: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
+	11, // 15: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
+	12, // 16: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
+	10, // 17: aion.v1.ClusterEvent.schedule_fired:type_name -> aion.v1.ScheduleFired
+	23, // 18: aion.v1.ScheduleFired.outcome:type_name -> aion.v1.ScheduleActionOutcome
+	20, // 19: aion.v1.ScheduleFired.nominal_time:type_name -> google.protobuf.Timestamp
+	24, // 20: aion.v1.RunStarted.run:type_name -> aion.v1.Run
+	24, // 21: aion.v1.RunClosed.run:type_name -> aion.v1.Run
+	2,  // 22: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
+	25, // 23: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
+	3,  // 24: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
+	2,  // 25: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
+	1,  // 26: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
+	25, // 27: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
+	25, // 28: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
+	3,  // 29: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
+	4,  // 30: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
+	6,  // 31: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
+	8,  // 32: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
+	5,  // 33: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
+	7,  // 34: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
+	9,  // 35: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
+	33, // [33:36] is the sub-list for method output_type
+	30, // [30:33] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_cluster_proto_init() }
@@ -1572,6 +1725,7 @@ func file_aion_v1_cluster_proto_init() {
 	}
 	file_aion_v1_intervention_proto_init()
 	file_aion_v1_namespace_proto_init()
+	file_aion_v1_schedule_proto_init()
 	file_aion_v1_workflow_proto_init()
 	file_aion_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{
 		(*ClusterEvent_Snapshot)(nil),
@@ -1583,6 +1737,7 @@ func file_aion_v1_cluster_proto_init() {
 		(*ClusterEvent_PoolStats)(nil),
 		(*ClusterEvent_RunStarted)(nil),
 		(*ClusterEvent_RunClosed)(nil),
+		(*ClusterEvent_ScheduleFired)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1590,7 +1745,7 @@ func file_aion_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_cluster_proto_rawDesc), len(file_aion_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -366,6 +366,15 @@ function describe(kind, ev) {
       const st = kind === "run_closed" ? ` · ${fmt.enumName(r.status, "RUN_STATUS_")}` : "";
       return `${r.namespace} · ${r.workflow_id} · ${r.workflow_type}${st}`;
     }
+    case "schedule_fired": {
+      const f = ev.schedule_fired || {};
+      const outcome = fmt.enumName(f.outcome, "SCHEDULE_ACTION_OUTCOME_") || "unknown";
+      const n = Number(f.count || 1);
+      const what = n > 1 ? `${n} ticks ${outcome}` : outcome;
+      const tick = f.nominal_time ? ` · tick ${fmt.clock(f.nominal_time)}` : "";
+      const action = f.action_id ? ` · ${f.action_id}` : "";
+      return `${f.namespace} · ${f.schedule_id} · ${what}${f.origin ? ` (${f.origin})` : ""}${tick}${action}${f.detail ? ` · ${f.detail}` : ""}`;
+    }
     case "pool_stats": {
       const pools = (ev.pool_stats || {}).pools || [];
       const backlog = pools.reduce((n, p) => n + Number(p.backlog || 0), 0);
@@ -418,6 +427,7 @@ const DELTAS = [
   "pool_stats",
   "run_started",
   "run_closed",
+  "schedule_fired",
 ];
 
 let source = null;
@@ -588,8 +598,14 @@ function onDelta(kind, ev) {
       if (d && d.ns === run.namespace && d.id === run.workflow_id) loadRun();
       break;
     }
+    case "schedule_fired": {
+      const f = ev.schedule_fired || {};
+      const d = sch.detail;
+      if (d && d.ns === f.namespace && d.id === f.schedule_id) loadSchedule();
+      break;
+    }
   }
-  const quiet = (kind === "pool_stats" && !$("show-pool-stats").checked) || (kind.startsWith("run_") && !$("show-runs").checked);
+  const quiet = (kind === "pool_stats" && !$("show-pool-stats").checked) || ((kind.startsWith("run_") || kind === "schedule_fired") && !$("show-runs").checked);
   if (!quiet) {
     feed(kind, String(seq), ev.time, describe(kind, ev));
   }

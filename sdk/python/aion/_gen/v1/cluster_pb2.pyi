@@ -1,5 +1,6 @@
 from aion._gen.v1 import intervention_pb2 as _intervention_pb2
 from aion._gen.v1 import namespace_pb2 as _namespace_pb2
+from aion._gen.v1 import schedule_pb2 as _schedule_pb2
 from aion._gen.v1 import workflow_pb2 as _workflow_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -21,12 +22,13 @@ WORKER_STATE_DRAINING: WorkerState
 WORKER_STATE_UNSPECIFIED: WorkerState
 
 class ClusterEvent(_message.Message):
-    __slots__ = ["namespace_created", "placement_changed", "pool_stats", "run_closed", "run_started", "sequence", "snapshot", "time", "worker_connected", "worker_disconnected", "worker_draining"]
+    __slots__ = ["namespace_created", "placement_changed", "pool_stats", "run_closed", "run_started", "schedule_fired", "sequence", "snapshot", "time", "worker_connected", "worker_disconnected", "worker_draining"]
     NAMESPACE_CREATED_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_CHANGED_FIELD_NUMBER: _ClassVar[int]
     POOL_STATS_FIELD_NUMBER: _ClassVar[int]
     RUN_CLOSED_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIRED_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -38,13 +40,14 @@ class ClusterEvent(_message.Message):
     pool_stats: PoolStatsUpdate
     run_closed: RunClosed
     run_started: RunStarted
+    schedule_fired: ScheduleFired
     sequence: int
     snapshot: ClusterSnapshot
     time: _timestamp_pb2.Timestamp
     worker_connected: WorkerConnected
     worker_disconnected: WorkerDisconnected
     worker_draining: WorkerDraining
-    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[_Union[ClusterSnapshot, _Mapping]] = ..., worker_connected: _Optional[_Union[WorkerConnected, _Mapping]] = ..., worker_draining: _Optional[_Union[WorkerDraining, _Mapping]] = ..., worker_disconnected: _Optional[_Union[WorkerDisconnected, _Mapping]] = ..., namespace_created: _Optional[_Union[NamespaceCreated, _Mapping]] = ..., placement_changed: _Optional[_Union[PlacementChanged, _Mapping]] = ..., pool_stats: _Optional[_Union[PoolStatsUpdate, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., run_closed: _Optional[_Union[RunClosed, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[_Union[ClusterSnapshot, _Mapping]] = ..., worker_connected: _Optional[_Union[WorkerConnected, _Mapping]] = ..., worker_draining: _Optional[_Union[WorkerDraining, _Mapping]] = ..., worker_disconnected: _Optional[_Union[WorkerDisconnected, _Mapping]] = ..., namespace_created: _Optional[_Union[NamespaceCreated, _Mapping]] = ..., placement_changed: _Optional[_Union[PlacementChanged, _Mapping]] = ..., pool_stats: _Optional[_Union[PoolStatsUpdate, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., run_closed: _Optional[_Union[RunClosed, _Mapping]] = ..., schedule_fired: _Optional[_Union[ScheduleFired, _Mapping]] = ...) -> None: ...
 
 class ClusterSnapshot(_message.Message):
     __slots__ = ["namespaces", "pools", "workers"]
@@ -125,6 +128,28 @@ class RunStarted(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: _workflow_pb2.Run
     def __init__(self, run: _Optional[_Union[_workflow_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ScheduleFired(_message.Message):
+    __slots__ = ["action_id", "count", "detail", "namespace", "nominal_time", "origin", "outcome", "run_id", "schedule_id"]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    count: int
+    detail: str
+    namespace: str
+    nominal_time: _timestamp_pb2.Timestamp
+    origin: str
+    outcome: _schedule_pb2.ScheduleActionOutcome
+    run_id: str
+    schedule_id: str
+    def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., outcome: _Optional[_Union[_schedule_pb2.ScheduleActionOutcome, str]] = ..., origin: _Optional[str] = ..., nominal_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ["after_sequence"]
