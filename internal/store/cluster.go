@@ -76,6 +76,10 @@ type Claim struct {
 	// ReadyBefore, when set, excludes activities that became ready after it
 	// (used to give servers with preferred-node workers a head start).
 	ReadyBefore time.Time
+	// Ended lists, by Seq, activities of the triple whose attempt ended on
+	// the claiming server but whose end is not durable yet: fair shares
+	// do not count them as holding a slot.
+	Ended []int64
 }
 
 // RunClaim names the runs a server may hold: open runs of one workflow
