@@ -330,13 +330,14 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 //
 // The cost follows the keys waiting, not the backlog. keys finds the first
 // ready activity of each (priority, key) by a skip scan of
-// activities_claim, one probe per key; running reads the triple's running
+// activities_claim_fair, one probe per key; running reads the triple's running
 // activities (activities_running_fair) only when more than one key waits;
 // heads keeps the $8 keys whose first activity ranks best (no other key
 // can place an activity in the claim), and each of those reads at most
 // about 2·$8·weight/weights of its oldest ready rows from
-// activities_claim. The row-wise bounds and ORDER BY on the index's own
-// columns keep the planner on that index: no other index gives the order.
+// activities_claim_fair. The row-wise bounds and ORDER BY on the index's
+// own columns keep the planner on that index: no other index gives the
+// order (checked with activities_claim beside it).
 //
 // Candidates are read without locks; fair locks them in rank order,
 // skipping those another claim holds. Should concurrent claims have locked

@@ -221,10 +221,10 @@ var migrations = []string{
 		ADD COLUMN schedule_time bigint NOT NULL DEFAULT 0`,
 	// Claims share a triple's waiting work between fairness keys: they
 	// find the keys waiting (one probe each) and read each key's oldest
-	// rows through activities_claim, and weigh in the slots each key holds
-	// through activities_running_fair.
-	`DROP INDEX activities_claim;
-	CREATE INDEX activities_claim ON activities (namespace, task_queue, activity_type, priority, fairness_key, seq)
+	// rows through activities_claim_fair, and weigh in the slots each key
+	// holds through activities_running_fair. activities_claim stays for
+	// reads in (priority, seq) order.
+	`CREATE INDEX activities_claim_fair ON activities (namespace, task_queue, activity_type, priority, fairness_key, seq)
 		WHERE state = 'scheduled';
 	CREATE INDEX activities_running_fair ON activities (namespace, task_queue, activity_type, fairness_key, fairness_weight)
 		WHERE state = 'running'`,
