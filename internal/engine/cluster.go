@@ -96,6 +96,11 @@ type claims struct {
 	// limitWake is, per triple, when a claim its rate limit held back is
 	// due again (a wake-up is armed for then).
 	limitWake map[registry.Triple]time.Time
+	// ending holds, per triple, the store sequence numbers of activities
+	// whose attempt ended here but whose end is not durable yet: the store
+	// still shows them running, and a claim must not count them as
+	// holding their fairness key's slots (see store.Claim.Ended).
+	ending map[registry.Triple]map[int64]struct{}
 }
 
 func newClaims() *claims {
@@ -105,6 +110,7 @@ func newClaims() *claims {
 		kick:           make(chan struct{}, 1),
 		orphans:        make(map[key]struct{}),
 		limitWake:      make(map[registry.Triple]time.Time),
+		ending:         make(map[registry.Triple]map[int64]struct{}),
 		failing:        make(map[string]bool),
 		graced:         make(map[registry.Triple]bool),
 		open:           make(map[string]store.OpenCount),
@@ -339,6 +345,9 @@ func (e *Engine) buildClaimsLocked(groups []*claimGroup, now time.Time) {
 			spec := l.spec
 			c.Limit = &spec
 		}
+		for seq := range e.claims.ending[g.t] {
+			c.Ended = append(c.Ended, seq)
+		}
 		g.claim = c
 	}
 }
@@ -498,6 +507,28 @@ func (e *Engine) noteClaimOutcomeLocked(err error, more bool) (bool, time.Durati
 // doubling up to 2s.
 func claimPause(failures int) time.Duration {
 	return min(50*time.Millisecond<<min(failures, 6), 2*time.Second)
+}
+
+// endingLocked notes that a's attempt ended here and its end is being
+// written; endedLocked, that the write is done (or failed).
+func (e *Engine) endingLocked(a *activity) {
+	t := tripleOf(&a.rec)
+	m := e.claims.ending[t]
+	if m == nil {
+		m = make(map[int64]struct{})
+		e.claims.ending[t] = m
+	}
+	m[a.rec.Seq] = struct{}{}
+}
+
+func (e *Engine) endedLocked(a *activity) {
+	t := tripleOf(&a.rec)
+	if m := e.claims.ending[t]; m != nil {
+		delete(m, a.rec.Seq)
+		if len(m) == 0 {
+			delete(e.claims.ending, t)
+		}
+	}
 }
 
 func (e *Engine) markEmptyLocked(t registry.Triple, node string) {

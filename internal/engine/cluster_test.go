@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func TestClusterClaims(t *testing.T) {
 	})
 	t.Run("a failed claim pauses on the clock without the lock", func(t *testing.T) {
 		failedClaimsPause(t, dsn)
+	})
+	t.Run("claims share the slots between fairness keys", func(t *testing.T) {
+		claimsShareBetweenKeys(t, dsn)
 	})
 }
 
@@ -115,5 +119,34 @@ func failedClaimsPause(t *testing.T, dsn string) {
 	}
 	if n := failures(); n != first+1 {
 		t.Fatalf("%d failed claims after one more round, want %d", n, first+1)
+	}
+}
+
+// In cluster mode too, one key's backlog does not starve another: with 30
+// activities of key a waiting before 10 of key b, and a 4-slot worker that
+// finishes its oldest attempt whenever all four run, b's 10 all start
+// within the first 22 starts (the keys alternate), not after a's 30. The
+// attempt whose end is still being written when its freed slot is claimed
+// does not count for its key.
+func claimsShareBetweenKeys(t *testing.T, dsn string) {
+	b, _ := setupCluster(t, dsn, "server-c")
+	b.scheduleAll(backlog("fair-a", "a", 0, 30))
+	b.scheduleAll(backlog("fair-b", "b", 0, 10))
+	fw := b.join(4)
+	var running []Task
+	var order []string
+	for bStarts := 0; bStarts < 10; {
+		if len(order) == 22 {
+			t.Fatalf("after 22 starts only %d of key b's 10 started, want all: %v", bStarts, order)
+		}
+		task := fw.task()
+		order = append(order, strings.TrimPrefix(task.ActivityID, "fair-"))
+		if strings.HasPrefix(task.ActivityID, "fair-b-") {
+			bStarts++
+		}
+		if running = append(running, task); len(running) == 4 {
+			fw.complete(running[0].ActivityID, running[0].Attempt, "1")
+			running = running[1:]
+		}
 	}
 }

@@ -17,6 +17,8 @@ type activity struct {
 	creating chan struct{}
 	// queued is the queue the activity waits in, nil when it is not waiting.
 	queued *queue
+	// flow is its fairness key's FIFO in that queue, nil for the default key.
+	flow *flow
 	// readyAt is when the activity last became ready to run.
 	readyAt time.Time
 	// worker holds the running attempt; nil unless rec.State is running.
@@ -74,7 +76,8 @@ type pool struct {
 }
 
 // queue holds the activities that share a triple and a node match: one
-// FIFO lane per priority, the most urgent lane served first.
+// lane per priority, the most urgent lane served first; within a lane one
+// FIFO per fairness key, shared out by weight (see fair.go).
 type queue struct {
 	triple registry.Triple
 	pin    string
@@ -87,17 +90,17 @@ type queue struct {
 	lim *flowLimit
 }
 
-// lane is the FIFO of one priority.
-type lane struct {
-	items []*activity
-	head  int
+func newQueue(t registry.Triple, pin string, m registry.Match) *queue {
+	q := &queue{triple: t, pin: pin, match: m}
+	for i := range q.lanes {
+		q.lanes[i].def.at = -1
+	}
+	return q
 }
 
-func (l *lane) len() int { return len(l.items) - l.head }
-
+// push queues a in the lane of its priority.
 func (q *queue) push(a *activity) {
-	l := &q.lanes[laneOf(a.rec.Priority)]
-	l.items = append(l.items, a)
+	a.flow = q.lanes[laneOf(a.rec.Priority)].push(a)
 }
 
 // laneOf is the lane index of a priority: 0 for the most urgent.
@@ -115,27 +118,15 @@ func (q *queue) front() *lane {
 	return nil
 }
 
-// waiting calls fn for the items in dispatch order: most urgent first,
-// oldest first within a priority; fn returns false to stop.
+// waiting calls fn for the items still waiting, in dispatch order: most
+// urgent first, and within a priority in the order the fair share between
+// fairness keys gives (oldest first within a key, and for work without
+// keys); fn returns false to stop.
 func (q *queue) waiting(fn func(*activity) bool) {
 	for i := range q.lanes {
-		for _, a := range q.lanes[i].items[q.lanes[i].head:] {
-			if !fn(a) {
-				return
-			}
+		if !q.lanes[i].waiting(q, fn) {
+			return
 		}
-	}
-}
-
-func (l *lane) pop() {
-	l.items[l.head] = nil
-	l.head++
-	if l.head == len(l.items) {
-		l.items, l.head = l.items[:0], 0
-	} else if l.head > 1024 && l.head*2 > len(l.items) {
-		n := copy(l.items, l.items[l.head:])
-		clear(l.items[n:])
-		l.items, l.head = l.items[:n], 0
 	}
 }
 
@@ -175,8 +166,8 @@ func (e *Engine) requeueLocked(a *activity) {
 	}
 	q := p.byPin[a.rec.Node]
 	if q == nil {
-		q = &queue{triple: t, pin: a.rec.Node, match: matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace)),
-			lim: e.activityLimitLocked(t)}
+		q = newQueue(t, a.rec.Node, matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace)))
+		q.lim = e.activityLimitLocked(t)
 		p.byPin[a.rec.Node] = q
 	}
 	a.queued = q
@@ -190,23 +181,30 @@ func (e *Engine) requeueLocked(a *activity) {
 // nothing keyed by caller-chosen names outlives its work.
 func (e *Engine) dispatchLocked(q *queue) {
 	for l := q.front(); l != nil; l = q.front() {
-		a := l.items[l.head]
+		f := l.next() // the fairness key whose turn it is
+		a := f.items[f.head]
 		if a.queued != q {
-			l.pop() // timed out or cancelled while waiting
+			l.pop(f, false) // timed out or cancelled while waiting
 			continue
 		}
 		if e.maxRunning > 0 && e.running[q.triple.Pool.Namespace] >= e.maxRunning {
 			return // the namespace is at its in-flight cap; a finishing attempt re-runs this
 		}
 		if q.lim != nil && e.holdLocked(q, q.lim, a) {
-			l.pop() // a flow limit holds it, outside the queue (limit.go)
+			// A flow limit holds it, outside the queue (limit.go); being
+			// held is not a turn of its fairness key.
+			l.pop(f, false)
+			if a.flow != nil {
+				l.unqueued(a.flow)
+				a.flow = nil
+			}
 			continue
 		}
 		w, ok := e.reg.Select(q.triple, q.match)
 		if !ok {
 			return
 		}
-		l.pop()
+		l.pop(f, true)
 		if q.lim != nil {
 			e.admitLocked(q.lim, a)
 		}
@@ -222,10 +220,15 @@ func (e *Engine) dispatchLocked(q *queue) {
 }
 
 // unqueueLocked takes a waiting activity out of its queue's live count; the
-// queue drops the entry itself when it reaches the head.
+// queue drops the entry itself when it reaches the head, or, for a fairness
+// key, when the key has nothing else waiting.
 func (e *Engine) unqueueLocked(a *activity) {
-	if a.queued != nil {
-		a.queued.live--
+	if q := a.queued; q != nil {
+		q.live--
+		if f := a.flow; f != nil {
+			q.lanes[laneOf(a.rec.Priority)].unqueued(f)
+			a.flow = nil
+		}
 		a.queued = nil
 	}
 	if a.lim != nil {

@@ -400,13 +400,9 @@ func (e *Engine) Backlog() []PoolBacklog {
 			}
 			b.Waiting += q.live
 			for i := range q.lanes {
-				l := &q.lanes[i]
-				for _, a := range l.items[l.head:] {
-					if a.queued == q { // the oldest still waiting in its lane
-						b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
-						break
-					}
-				}
+				q.lanes[i].oldest(q, func(a *activity) { // the oldest still waiting of each key
+					b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
+				})
 			}
 		}
 	}

@@ -311,3 +311,56 @@ func TestFlowLimitBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		t.Fatalf("limits after refused sets: %+v, %v; want only %+v", ls, err, good)
 	}
 }
+
+// A flow limit holding work of fairness keys: a held activity leaves its
+// key's FIFO without taking a turn, and comes back in it when a slot frees;
+// every activity runs once, each concurrency key never above its limit, and
+// no fairness key is left behind in the queue.
+func TestFlowLimitHoldsWorkOfFairnessKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setLimit(store.FlowLimit{Concurrency: 1})
+	fw := b.join(8)
+	keyOf := map[string]string{}
+	for i := range 40 {
+		r := keyed(fmt.Sprintf("x-%02d", i), []string{"k1", "k2"}[i%2])
+		r.Flow.FairnessKey = []string{"tenant-a", "tenant-a", "tenant-b", "tenant-c", ""}[i%5]
+		r.Flow.FairnessWeight = 1 + i%3
+		keyOf[r.ID] = r.Flow.ConcurrencyKey
+		b.schedule(r)
+	}
+	done := map[string]bool{}
+	for len(done) < 40 {
+		tasks := fw.drainTasks()
+		if len(tasks) == 0 {
+			t.Fatalf("nothing runs with %d of 40 done", len(done))
+		}
+		running := map[string]int{}
+		for _, task := range tasks {
+			running[keyOf[task.ActivityID]]++
+		}
+		for k, n := range running {
+			if n > 1 {
+				t.Fatalf("concurrency key %s runs %d at once, limit 1", k, n)
+			}
+		}
+		for _, task := range tasks {
+			if done[task.ActivityID] {
+				t.Fatalf("%s ran twice", task.ActivityID)
+			}
+			done[task.ActivityID] = true
+			fw.complete(task.ActivityID, task.Attempt, "1")
+		}
+	}
+	b.eng.mu.Lock()
+	defer b.eng.mu.Unlock()
+	for t2, p := range b.eng.queues {
+		for _, q := range p.byPin {
+			for i := range q.lanes {
+				if n := len(q.lanes[i].keyed); n > 0 || q.live != 0 {
+					t.Fatalf("queue %v keeps %d fairness keys and %d live items after every activity ran", t2, n, q.live)
+				}
+			}
+		}
+	}
+}

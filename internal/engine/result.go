@@ -104,11 +104,14 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 	// durable: claiming overlaps the commit.
 	early := e.cl != nil
 	if early {
+		e.endingLocked(a)
 		e.reg.Release(w)
 		e.dispatchWorkerLocked(w)
 	}
 	e.settleLocked(a, end, func(err error) {
-		if !early {
+		if early {
+			e.endedLocked(a)
+		} else {
 			e.reg.Release(w)
 			e.dispatchWorkerLocked(w)
 		}

@@ -65,8 +65,10 @@ type Explanation struct {
 	// Until is when a delayed start or a retry backoff ends, or when a
 	// rate limit allows the next start.
 	Until time.Time
-	// Ahead counts the activities queued before it in its queue.
-	Ahead int
+	// Ahead counts the activities queued before it in its queue, in
+	// dispatch order; AheadOfOtherKeys counts those of them of another
+	// fairness key, which go first because their key's turn comes first.
+	Ahead, AheadOfOtherKeys int
 	// Workers counts the connected workers of its triple, Eligible those
 	// its node pin or placement allows, FreeSlots their free slots.
 	Workers, Eligible, FreeSlots int
@@ -194,20 +196,30 @@ func (e *Engine) explainLocked(a *activity) Explanation {
 			if o == a {
 				return false
 			}
-			if o.queued == q {
-				ex.Ahead++
+			ex.Ahead++
+			if o.rec.Flow.FairnessKey != rec.Flow.FairnessKey {
+				ex.AheadOfOtherKeys++
 			}
 			return true
 		})
 	}
 	if e.maxRunning > 0 && e.running[rec.Namespace] >= e.maxRunning {
 		ex.Reason = WhyInFlightCap
-		ex.Message = fmt.Sprintf("namespace %q runs %d attempts, its cap (--max-in-flight-per-namespace); %d wait before it",
-			rec.Namespace, e.running[rec.Namespace], ex.Ahead)
+		ex.Message = fmt.Sprintf("namespace %q runs %d attempts, its cap (--max-in-flight-per-namespace); %d wait before it%s",
+			rec.Namespace, e.running[rec.Namespace], ex.Ahead, otherKeys(ex.AheadOfOtherKeys))
 		return ex
 	}
 	ex.Reason = WhySlotsBusy
-	ex.Message = fmt.Sprintf("%d eligible workers, %d free slots; %d activities wait before it in its queue", ex.Eligible,
-		ex.FreeSlots, ex.Ahead)
+	ex.Message = fmt.Sprintf("%d eligible workers, %d free slots; %d activities wait before it in its queue%s", ex.Eligible,
+		ex.FreeSlots, ex.Ahead, otherKeys(ex.AheadOfOtherKeys))
 	return ex
+}
+
+// otherKeys says how many of the activities ahead belong to other fairness
+// keys, when any do.
+func otherKeys(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d of them of other fairness keys", n)
 }

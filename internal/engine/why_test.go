@@ -87,6 +87,28 @@ func TestWhyNamesTheReasonAnActivityWaits(t *testing.T) {
 		}
 		wantWhy(t, b.why("first"), WhyRunning, "runs on worker")
 	})
+	t.Run("every slot is busy, with other fairness keys' work ahead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		fw := b.join(1)
+		b.schedule(fairKeyed("a-1", "a", 1)) // starts at once
+		fw.task()
+		for _, id := range []string{"a-2", "a-3", "a-4"} {
+			b.schedule(fairKeyed(id, "a", 1))
+		}
+		b.schedule(fairKeyed("b-1", "b", 1))
+		// The keys alternate: a-2, b-1, a-3, a-4.
+		ex := b.why("a-4")
+		wantWhy(t, ex, WhySlotsBusy, "3 activities wait before it", "1 of them of other fairness keys")
+		if ex.Ahead != 3 || ex.AheadOfOtherKeys != 1 {
+			t.Fatalf("ahead %d, of other keys %d, want 3 and 1", ex.Ahead, ex.AheadOfOtherKeys)
+		}
+		ex = b.why("b-1")
+		wantWhy(t, ex, WhySlotsBusy, "1 activities wait before it", "1 of them of other fairness keys")
+		if ex = b.why("a-2"); ex.Ahead != 0 || strings.Contains(ex.Message, "fairness") {
+			t.Fatalf("why a-2: %d ahead, %q; want none ahead and no word of other keys", ex.Ahead, ex.Message)
+		}
+	})
 	t.Run("its namespace is at its in-flight cap", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

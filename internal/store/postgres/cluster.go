@@ -312,25 +312,102 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 	return r, nil
 }
 
-// claimSQL takes up to $8 ready activities of one triple, oldest first,
-// skipping rows another claim holds, and hands them to owner $1; the n-th
-// oldest runs on worker $9[n] (its node label is $7).
+// claimSQL takes up to $8 ready activities of one triple, skipping rows
+// another claim holds, and hands them to owner $1; the n-th oldest of them
+// runs on worker $9[n] (its node label is $7).
+//
+// The most urgent priority goes first; within a priority the fairness keys
+// share the claim by weight. Servers share no dispatch state, so a key's
+// turn comes from the store: the n-th ready activity of key k ranks at the
+// strides of k's running activities of the triple (less those in $10,
+// whose end the claimer is still writing) plus those of its ready ones
+// before it, plus a random fraction of its own stride (a stride is
+// 2^32/weight, as in the engine); lowest first. A claim of several slots
+// thus interleaves the keys by weight; a key holding fewer slots than its
+// share goes first; and keys level on slots held draw the next turn by
+// their random fractions rather than by age, so a key's older backlog
+// does not win every single-slot claim.
+//
+// The cost follows the keys waiting, not the backlog. keys finds the first
+// ready activity of each (priority, key) by a skip scan of
+// activities_claim_fair, one probe per key; running reads the triple's running
+// activities (activities_running_fair) only when more than one key waits;
+// heads keeps the $8 keys whose first activity ranks best (no other key
+// can place an activity in the claim), and each of those reads at most
+// about 2·$8·weight/weights of its oldest ready rows from
+// activities_claim_fair. The row-wise bounds and ORDER BY on the index's
+// own columns keep the planner on that index: no other index gives the
+// order (checked with activities_claim beside it).
+//
+// Candidates are read without locks; fair locks them in rank order,
+// skipping those another claim holds. Should concurrent claims have locked
+// every candidate, fill takes other ready work of the triple in index
+// order, so contention never leaves slots idle that work could fill.
 //
 // The claim holds a share lock on the claimer's live membership row, so it
 // either commits before a reap of that server (which then hands the work
 // back) or, once the server was reaped, claims nothing.
-const claimSQL = `WITH member AS (
+const claimSQL = `WITH RECURSIVE member AS (
 		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR SHARE
-	)
-	UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2,
-		attempt_worker = coalesce(($9::bigint[])[c.claim_rank], 0), attempt_node = $7
-	FROM member, (SELECT claim_seq, row_number() OVER (ORDER BY claim_seq) AS claim_rank FROM (
+	), keys AS (
+		(SELECT priority, fairness_key, seq, fairness_weight FROM activities
+			WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+				AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
+			ORDER BY priority, fairness_key, seq LIMIT 1)
+		UNION ALL
+		SELECT nx.priority, nx.fairness_key, nx.seq, nx.fairness_weight FROM keys k CROSS JOIN LATERAL (
+			SELECT priority, fairness_key, seq, fairness_weight FROM activities
+			WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+				AND (priority, fairness_key) > (k.priority, k.fairness_key)
+				AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
+			ORDER BY priority, fairness_key, seq LIMIT 1) nx
+	), running AS MATERIALIZED (
+		SELECT fairness_key, sum(` + strideSQL + `) AS spent FROM activities
+		WHERE state = 'running' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+			AND seq <> ALL($10::bigint[]) AND (SELECT count(DISTINCT fairness_key) FROM keys) > 1
+		GROUP BY fairness_key
+	), heads AS MATERIALIZED (
+		SELECT h.*, sum(greatest(h.fairness_weight, 1)) OVER () AS weights FROM (
+			SELECT k.*, coalesce(r.spent, 0) + k.phase * (4294967296 / greatest(k.fairness_weight, 1)) AS pass
+			FROM (SELECT keys.*, random() AS phase FROM keys) k LEFT JOIN running r ON r.fairness_key = k.fairness_key
+			ORDER BY k.priority, pass, k.seq
+			LIMIT $8::bigint) h
+	), ranked AS (
+		SELECT w.seq, h.priority,
+			h.pass + sum(w.stride) OVER (PARTITION BY h.priority, h.fairness_key ORDER BY w.seq) - first_value(w.stride) OVER (
+				PARTITION BY h.priority, h.fairness_key ORDER BY w.seq) AS pass
+		FROM heads h CROSS JOIN LATERAL (
+			SELECT seq, ` + strideSQL + ` AS stride FROM activities
+			WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+				AND (priority, fairness_key, seq) >= (h.priority, h.fairness_key, h.seq)
+				AND (priority, fairness_key) <= (h.priority, h.fairness_key)
+				AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
+			ORDER BY priority, fairness_key, seq
+			LIMIT least($8::bigint, 1 + ceil(2.0 * $8::bigint * greatest(h.fairness_weight, 1) / h.weights)::bigint)) w
+	), fair AS (
+		SELECT a.seq AS claim_seq FROM ranked c JOIN activities a ON a.seq = c.seq
+		WHERE a.state = 'scheduled' AND a.cancel_reason IS NULL
+		ORDER BY c.priority, c.pass, c.seq
+		LIMIT $8::bigint FOR UPDATE OF a SKIP LOCKED
+	), fill AS (
 		SELECT seq AS claim_seq FROM activities
 		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
 			AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
-		ORDER BY priority, seq LIMIT $8 FOR UPDATE SKIP LOCKED) locked) c
-	WHERE a.seq = c.claim_seq
+			AND seq NOT IN (SELECT claim_seq FROM fair)
+		ORDER BY priority, fairness_key, seq LIMIT $8::bigint FOR UPDATE SKIP LOCKED
+	), picked AS (
+		SELECT coalesce(array_agg(claim_seq ORDER BY claim_seq), '{}') AS seqs FROM (
+			SELECT claim_seq FROM fair UNION ALL (SELECT claim_seq FROM fill) LIMIT $8::bigint) p
+	)
+	UPDATE activities a SET state = 'running', attempt = a.attempt + 1, owner = $1, attempt_started_at = $2,
+		attempt_worker = coalesce(($9::bigint[])[array_position(picked.seqs, a.seq)], 0), attempt_node = $7
+	FROM member, picked
+	WHERE a.seq = ANY(picked.seqs)
 	RETURNING ` + store.ActivityColumns
+
+// strideSQL is an activity's stride: what running it costs its fairness
+// key's share.
+const strideSQL = `(4294967296 / greatest(fairness_weight, 1))`
 
 // ClaimActivities implements store.Cluster: every claim without a flow
 // limit is one statement, and all of them travel in one round trip; a claim
@@ -349,8 +426,12 @@ func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]st
 		for i, w := range c.Workers {
 			workers[i] = int64(w)
 		}
+		ended := c.Ended
+		if ended == nil {
+			ended = []int64{}
+		}
 		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
-			store.UnixNanos(readyBefore(c, now)), c.Node, len(c.Workers), workers)
+			store.UnixNanos(readyBefore(c, now)), c.Node, len(c.Workers), workers, ended)
 	}
 	if len(plain) > 0 {
 		br := s.pool.SendBatch(ctx, b)

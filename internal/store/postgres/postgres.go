@@ -262,6 +262,15 @@ var migrations = []string{
 	);
 	CREATE INDEX flow_buckets_full ON flow_buckets (full_at);
 	CREATE INDEX activities_running_key ON activities (namespace, activity_type, concurrency_key) WHERE state = 'running'`,
+	// Claims share a triple's waiting work between fairness keys: they
+	// find the keys waiting (one probe each) and read each key's oldest
+	// rows through activities_claim_fair, and weigh in the slots each key
+	// holds through activities_running_fair. activities_claim stays for
+	// reads in (priority, seq) order.
+	`CREATE INDEX activities_claim_fair ON activities (namespace, task_queue, activity_type, priority, fairness_key, seq)
+		WHERE state = 'scheduled';
+	CREATE INDEX activities_running_fair ON activities (namespace, task_queue, activity_type, fairness_key, fairness_weight)
+		WHERE state = 'running'`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -58,6 +58,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"ConcurrentLimitedClaimsNeverExceedTheLimit", testConcurrentLimitedClaims},
 		{"LimitedClaimsShareARateBucket", testLimitedClaimsShareARateBucket},
 		{"LimitedSlotOfADeadServerIsFreedByTheReap", testLimitedSlotOfADeadServer},
+		{"ClaimsShareOutFairnessKeysByWeight", testClaimsShareOutFairnessKeys},
 		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
 		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
@@ -912,5 +913,99 @@ func testClaimsTakeTheMostUrgentFirst(t *testing.T, c *clusterCase) {
 	slices.Sort(took) // both start at once; the list is in scheduling order
 	if got := fmt.Sprint(activityIDs(first[0]), took); got != "[p1-3] [p3-2 p5-0]" {
 		t.Fatalf("claims took %s, want the priority-1 activity, then priority 3, then the oldest priority 5", got)
+	}
+}
+
+// scheduleFair inserts n waiting activities of type typ, fairness key k,
+// weight w and priority p, ready now, with ids "<k>-<i>".
+func (c *clusterCase) scheduleFair(typ, k string, w, p, n int) {
+	c.t.Helper()
+	now := time.Now()
+	var writes []store.Write
+	for i := range n {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("%s-%d", k, i),
+			TaskQueue: "q", ActivityType: typ, Fingerprint: "f", State: store.StateScheduled, Priority: p,
+			Flow: store.Flow{FairnessKey: k, FairnessWeight: w}, Timeouts: store.Timeouts{ScheduleToClose: time.Hour},
+			ScheduledAt: now, ReadyAt: now}})
+	}
+	c.apply(writes...)
+}
+
+// A claim shares out its slots between the fairness keys waiting, by
+// weight and by the slots each key already holds, rather than taking the
+// oldest work: a key's backlog does not starve a key that came later, and
+// a more urgent priority still goes first.
+func testClaimsShareOutFairnessKeys(t *testing.T, c *clusterCase) {
+	owner := c.join("s", time.Minute)
+	claimIDs := func(typ string, workers ...uint64) string {
+		t.Helper()
+		got := c.claim(owner, time.Now(), claimOf(typ, "", workers...))
+		ids := activityIDs(got[0])
+		slices.Sort(ids)
+		return fmt.Sprint(ids)
+	}
+
+	// Equal weights: a's backlog is older, yet a claim of 4 takes two of
+	// each; single-slot claims then go to the key holding fewer slots (on
+	// a tie either), so no key ever holds two more than the other.
+	c.scheduleFair("equal", "a", 1, 3, 20)
+	c.scheduleFair("equal", "b", 1, 3, 5)
+	if got := claimIDs("equal", 1, 2, 3, 4); got != "[a-0 a-1 b-0 b-1]" {
+		t.Fatalf("claim of 4 took %s, want two of each key, oldest first", got)
+	}
+	held := map[byte]int{'a': 2, 'b': 2}
+	var singles []string
+	for range 6 {
+		got := c.claim(owner, time.Now(), claimOf("equal", "", 5))[0]
+		if len(got) != 1 {
+			t.Fatalf("single-slot claim took %d", len(got))
+		}
+		id := got[0].ID
+		singles = append(singles, id)
+		if want := fmt.Sprintf("%c-%d", id[0], held[id[0]]); id != want {
+			t.Fatalf("single-slot claim took %s, want %s: a key's oldest first", id, want)
+		}
+		held[id[0]]++
+		if d := held['a'] - held['b']; d < -1 || d > 1 {
+			t.Fatalf("single-slot claims took %v: a holds %d, b %d; want the keys in turn", singles, held['a'], held['b'])
+		}
+	}
+
+	// Activities whose end the claimer is still writing (Ended) do not
+	// hold their key's slots: of three claimed, the key holding two is
+	// next once both are ended, not the key holding one.
+	c.scheduleFair("ending", "c", 1, 3, 5)
+	c.scheduleFair("ending", "d", 1, 3, 5)
+	first := c.claim(owner, time.Now(), claimOf("ending", "", 30, 31, 32))[0]
+	byKey := map[string][]int64{}
+	for _, a := range first {
+		byKey[a.Flow.FairnessKey] = append(byKey[a.Flow.FairnessKey], a.Seq)
+	}
+	two := "c"
+	if len(byKey["d"]) == 2 {
+		two = "d"
+	}
+	if len(byKey[two]) != 2 || len(first) != 3 {
+		t.Fatalf("claim of 3 took %s, want two of one key and one of the other", activityIDs(first))
+	}
+	ended := claimOf("ending", "", 33)
+	ended.Ended = byKey[two]
+	if got := c.claim(owner, time.Now(), ended)[0]; len(got) != 1 || got[0].Flow.FairnessKey != two {
+		t.Fatalf("with key %s's two ended, a claim took %s, want key %s's next", two, activityIDs(got), two)
+	}
+
+	// Weights 3 and 1: a claim of 8 takes 6 and 2.
+	c.scheduleFair("weighted", "heavy", 3, 3, 12)
+	c.scheduleFair("weighted", "light", 1, 3, 12)
+	if got := claimIDs("weighted", workerIDs(10, 8)...); got != "[heavy-0 heavy-1 heavy-2 heavy-3 heavy-4 heavy-5 light-0 light-1]" {
+		t.Fatalf("claim of 8 took %s, want 6 of the weight-3 key and 2 of the weight-1 key", got)
+	}
+
+	// Priority before fairness: the priority-1 activity of a key goes
+	// before the priority-3 work of another, whatever their shares.
+	c.scheduleFair("urgent", "x", 1000, 3, 3)
+	c.scheduleFair("urgent", "y", 1, 1, 1)
+	if got := claimIDs("urgent", 20); got != "[y-0]" {
+		t.Fatalf("claim of 1 took %s, want the priority-1 activity", got)
 	}
 }
