@@ -106,6 +106,12 @@ func TestDashboardAndRulesReadOnlyExportedMetrics(t *testing.T) {
 	// though the first tick's activity still waits.
 	run("schedule", "create", "invoices", "--namespace", "billing", "--every", "1s", "--activity-type", "echo",
 		"--input", "{}", "--node", "n1", "--overlap", "allow_all")
+	eventually(t, 30*time.Second, "the first tick of billing's schedule fires", func() bool {
+		ctx, cancel := short()
+		defer cancel()
+		v, err := c.client.GetSchedule(ctx, "billing", "invoices", 0)
+		return err == nil && v.Fired > 0
+	})
 	run("namespace", "place", "billing", "--pinned", "n2")
 
 	// Refused for a cap: a fourth namespace.
