@@ -68,6 +68,48 @@ func TestRulesPassPromtool(t *testing.T) {
 	}
 }
 
+// dashboardVars are values for the dashboard's variables, as Grafana
+// substitutes them, so promtool can parse the queries.
+var dashboardVars = strings.NewReplacer("${datasource}", "x", "$__rate_interval", "1m", "$job", "aion",
+	"$namespace", ".*", "$task_queue", ".*")
+
+// TestDashboardAndKEDAQueriesParseWithPromtool: every panel query (its
+// variables substituted) and the KEDA query is PromQL that promtool
+// accepts, checked as recording rules of a scratch rules file.
+func TestDashboardAndKEDAQueriesParseWithPromtool(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	qs, err := DashboardQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keda, err := ScaledObjectQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("groups:\n  - name: queries\n    rules:\n")
+	n := 0
+	for _, q := range append(qs, keda...) {
+		if q.ValuesOf != "" {
+			continue // label_values() is Grafana's, not PromQL
+		}
+		n++
+		expr, _ := json.Marshal(dashboardVars.Replace(q.Expr))
+		fmt.Fprintf(&b, "      - record: query:%d\n        expr: %s\n", n, expr)
+	}
+	path := filepath.Join(t.TempDir(), "queries.yml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "check", "rules", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("SUCCESS: %d rules found", n)) {
+		t.Fatalf("promtool check rules on the %d queries: %v\n%s", n, err, out)
+	}
+}
+
 // TestQueriesReadOnlyTheRecordedScrape checks every query of the
 // dashboard, the rules and the KEDA example against the recorded scrape
 // (the e2e test checks them against a live server).
