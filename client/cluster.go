@@ -124,3 +124,39 @@ func (c *Client) Watch(ctx context.Context) iter.Seq2[*aionv1.ClusterEvent, erro
 		}
 	}
 }
+
+// WaitingGroup counts the ready work of one pool and type that shares a
+// priority and a fairness key, and what holds it apart from its queue.
+type WaitingGroup struct {
+	TaskQueue string `json:"task_queue"`
+	// Kind is "activity" (waiting for a slot) or "workflow_task" (a run
+	// waiting for a workflow task); Type the activity or workflow type.
+	Kind        string `json:"kind"`
+	Type        string `json:"type"`
+	Priority    int    `json:"priority"`
+	FairnessKey string `json:"fairness_key,omitempty"`
+	// HeldBy is "" for work in its queue, or concurrency_limit or
+	// rate_limited for work a flow limit holds (ConcurrencyKey names the
+	// key a concurrency limit holds).
+	HeldBy         string    `json:"held_by,omitempty"`
+	ConcurrencyKey string    `json:"concurrency_key,omitempty"`
+	Count          uint64    `json:"count"`
+	OldestReady    time.Time `json:"oldest_ready_time,omitzero"`
+}
+
+// ListWaiting counts a namespace's ready work waiting for a worker, by task
+// queue, type, priority and fairness key, the largest groups first;
+// truncated counts the groups left out past the 1,000 returned.
+func (c *Client) ListWaiting(ctx context.Context, namespace string) (groups []WaitingGroup, truncated int, err error) {
+	resp, err := c.cluster.ListWaiting(ctx, &aionv1.ListWaitingRequest{Namespace: namespace})
+	if err != nil {
+		return nil, 0, rpcError(fmt.Sprintf("list waiting work of %q", namespace), err)
+	}
+	groups = make([]WaitingGroup, 0, len(resp.GetGroups()))
+	for _, g := range resp.GetGroups() {
+		groups = append(groups, WaitingGroup{TaskQueue: g.GetTaskQueue(), Kind: g.GetKind(), Type: g.GetType(),
+			Priority: int(g.GetPriority()), FairnessKey: g.GetFairnessKey(), HeldBy: g.GetHeldBy(),
+			ConcurrencyKey: g.GetConcurrencyKey(), Count: g.GetCount(), OldestReady: timeFromProto(g.GetOldestReadyTime())})
+	}
+	return groups, int(resp.GetTruncated()), nil
+}

@@ -190,6 +190,7 @@ func TestEveryRPCHasARole(t *testing.T) {
 		"/aion.v1.WorkflowService/Terminate":                        "client admin",
 		"/aion.v1.WorkflowService/History":                          "client reader reader-all admin",
 		"/aion.v1.WorkflowService/Why":                              "client reader reader-all admin",
+		"/aion.v1.ClusterService/ListWaiting":                       "client reader reader-all admin",
 		"/aion.v1.ScheduleService/Create":                           "client admin",
 		"/aion.v1.ScheduleService/Get":                              "client reader reader-all admin",
 		"/aion.v1.ScheduleService/List":                             "client reader reader-all admin",

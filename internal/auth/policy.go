@@ -78,6 +78,8 @@ var methods = map[string]access{
 	// ListWorkers answers only the workers serving a namespace of the
 	// caller, so a reader of some namespaces sees just those.
 	"/aion.v1.ClusterService/ListWorkers": reader,
+	// A namespace's waiting work, as its activities are read.
+	"/aion.v1.ClusterService/ListWaiting": clientReader,
 	"/aion.v1.ClusterService/DrainWorker": adminOnly,
 	"/aion.v1.ClusterService/Watch":       readerAll,
 	MetricsMethod:                         readerAll,

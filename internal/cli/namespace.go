@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +26,8 @@ works under either policy.`,
   aion namespace limits set billing --activity-type charge --concurrency 2`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand(), a.nsLimitsCommand())
+	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand(), a.nsLimitsCommand(),
+		a.nsWaitingCommand())
 	return cmd
 }
 
@@ -101,6 +104,57 @@ func (a *app) nsListCommand() *cobra.Command {
 				return a.emit(nss, func(w io.Writer) { writeNamespaces(w, nss) })
 			})
 		},
+	}
+}
+
+func (a *app) nsWaitingCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "waiting NAME",
+		Short: "Show a namespace's waiting work by pool, priority and fairness key",
+		Long: `Show the namespace's ready work waiting for a worker, counted by task queue,
+type, priority and fairness key, the largest groups first, with how long the
+oldest of each has waited. Work a flow limit holds (a concurrency key at its
+limit, a rate without a token) is shown apart, with the limit and key; runs
+waiting for a workflow task are shown as kind workflow_task. In a cluster the
+activities are counted from the store (limits are applied at claim time, so
+held work shows in its queue) and runs from the server answering.`,
+		Example: `  aion namespace waiting shop
+  aion namespace waiting shop --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				groups, truncated, err := c.ListWaiting(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(groups, func(w io.Writer) { writeWaiting(w, groups, truncated) })
+			})
+		},
+	}
+}
+
+// writeWaiting prints waiting groups as a table.
+func writeWaiting(w io.Writer, groups []client.WaitingGroup, truncated int) {
+	if len(groups) == 0 {
+		fmt.Fprintln(w, "nothing waits")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK QUEUE\tKIND\tTYPE\tPRIORITY\tFAIRNESS KEY\tHELD BY\tCOUNT\tOLDEST")
+	now := time.Now()
+	for _, g := range groups {
+		held := g.HeldBy
+		if g.ConcurrencyKey != "" {
+			held += " (" + g.ConcurrencyKey + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", g.TaskQueue, g.Kind, g.Type, g.Priority, orDash(g.FairnessKey),
+			orDash(held), g.Count, now.Sub(g.OldestReady).Round(time.Millisecond))
+	}
+	tw.Flush()
+	if truncated > 0 {
+		fmt.Fprintf(w, "(%d smaller groups left out)\n", truncated)
 	}
 }
 

@@ -859,7 +859,7 @@ func (e *Engine) clusterBacklogLocked(now time.Time) []PoolBacklog {
 	out := make([]PoolBacklog, 0, len(e.claims.backlog))
 	for _, b := range e.claims.backlog {
 		out = append(out, PoolBacklog{Namespace: b.Namespace, TaskQueue: b.TaskQueue, Waiting: b.Waiting,
-			OldestAge: max(0, now.Sub(b.OldestReadyAt))})
+			OldestAge: max(0, now.Sub(b.OldestReadyAt)), ByPriority: b.ByPriority})
 	}
 	return out
 }

@@ -84,8 +84,10 @@ type queue struct {
 	match  registry.Match
 	lanes  [store.LowestPriority]lane
 	// live counts the items still waiting; the others left (timed out,
-	// cancelled) and are skipped when they reach the head.
-	live int
+	// cancelled) and are skipped when they reach the head. liveByLane
+	// counts them by priority.
+	live       int
+	liveByLane [store.LowestPriority]int
 	// lim is the flow limit of the queue's activity type, nil for none.
 	lim *flowLimit
 }
@@ -172,6 +174,7 @@ func (e *Engine) requeueLocked(a *activity) {
 	}
 	a.queued = q
 	q.live++
+	q.liveByLane[laneOf(a.rec.Priority)]++
 	q.push(a)
 	e.dispatchLocked(q)
 }
@@ -225,6 +228,7 @@ func (e *Engine) dispatchLocked(q *queue) {
 func (e *Engine) unqueueLocked(a *activity) {
 	if q := a.queued; q != nil {
 		q.live--
+		q.liveByLane[laneOf(a.rec.Priority)]--
 		if f := a.flow; f != nil {
 			q.lanes[laneOf(a.rec.Priority)].unqueued(f)
 			a.flow = nil

@@ -377,6 +377,8 @@ type PoolBacklog struct {
 	Waiting int
 	// OldestAge is how long the oldest of them has waited.
 	OldestAge time.Duration
+	// ByPriority counts them by priority: index 0 for priority 1.
+	ByPriority [store.LowestPriority]int
 }
 
 // Backlog reports every pool with waiting work.
@@ -399,6 +401,9 @@ func (e *Engine) Backlog() []PoolBacklog {
 				byPool[t.Pool] = b
 			}
 			b.Waiting += q.live
+			for i, n := range q.liveByLane {
+				b.ByPriority[i] += n
+			}
 			for i := range q.lanes {
 				q.lanes[i].oldest(q, func(a *activity) { // the oldest still waiting of each key
 					b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))

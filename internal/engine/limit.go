@@ -238,6 +238,7 @@ func (e *Engine) holdLocked(q *queue, l *flowLimit, a *activity) bool {
 // leaveQueueLocked takes a out of q's live count: it waits elsewhere now.
 func (e *Engine) leaveQueueLocked(q *queue, a *activity) {
 	q.live--
+	q.liveByLane[laneOf(a.rec.Priority)]--
 	a.queued = nil
 }
 
@@ -688,6 +689,7 @@ func (e *Engine) heldBacklogLocked(byPool map[registry.PoolAddress]*PoolBacklog,
 			byPool[pa] = b
 		}
 		b.Waiting++
+		b.ByPriority[laneOf(a.rec.Priority)]++
 		b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))
 	}
 	for _, l := range e.limits {

@@ -64,7 +64,7 @@ func (e *Engine) enqueueRunLocked(r *wfRun) {
 		q = &wfQueue{triple: t}
 		e.wfQueues[t] = q
 	}
-	r.queued = q
+	r.queued, r.queuedAt = q, e.now()
 	l := laneOf(r.rec.Priority)
 	q.lanes[l] = append(q.lanes[l], r)
 	q.n++

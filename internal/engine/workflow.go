@@ -129,8 +129,10 @@ type wfRun struct {
 	// is the seq of the last such event.
 	seen       int64
 	lastNonCmd int64
-	// queued is the workflow queue the run waits in, nil when not waiting.
-	queued *wfQueue
+	// queued is the workflow queue the run waits in, nil when not waiting;
+	// queuedAt is when it joined it.
+	queued   *wfQueue
+	queuedAt time.Time
 	// sticky holds the run in memory after its last task, up to stickySeen.
 	sticky     *registry.Worker
 	stickySeen int64

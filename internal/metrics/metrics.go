@@ -7,6 +7,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"strconv"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -22,6 +23,8 @@ type Backlog struct {
 	Namespace, TaskQueue string
 	Waiting              int
 	OldestAge            time.Duration
+	// ByPriority counts the waiting by priority: index 0 for priority 1.
+	ByPriority [5]int
 }
 
 // Metrics holds every aion metric on its own registry.
@@ -317,16 +320,26 @@ var (
 		"Activities ready and waiting for a worker, by pool.", []string{"namespace", "task_queue"}, nil)
 	backlogAgeDesc = prometheus.NewDesc("aion_backlog_oldest_age_seconds",
 		"How long the oldest waiting activity of a pool has waited.", []string{"namespace", "task_queue"}, nil)
+	backlogPriorityDesc = prometheus.NewDesc("aion_backlog_by_priority_activities",
+		"Activities ready and waiting for a worker, by pool and priority (1 first … 5 last); only priorities with work.",
+		[]string{"namespace", "task_queue", "priority"}, nil)
 )
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backlogDesc
 	ch <- backlogAgeDesc
+	ch <- backlogPriorityDesc
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, b := range c.read() {
 		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(b.Waiting), b.Namespace, b.TaskQueue)
 		ch <- prometheus.MustNewConstMetric(backlogAgeDesc, prometheus.GaugeValue, b.OldestAge.Seconds(), b.Namespace, b.TaskQueue)
+		for i, n := range b.ByPriority {
+			if n > 0 {
+				ch <- prometheus.MustNewConstMetric(backlogPriorityDesc, prometheus.GaugeValue, float64(n), b.Namespace, b.TaskQueue,
+					strconv.Itoa(i+1))
+			}
+		}
 	}
 }

@@ -112,6 +112,8 @@ func httpMethod(r *http.Request) string {
 		return "/aion.v1.NamespaceService/Get"
 	case strings.HasPrefix(p, "/api/v1/namespaces/") && !get:
 		return "/aion.v1.NamespaceService/SetPlacement"
+	case p == "/api/v1/waiting" && get:
+		return "/aion.v1.ClusterService/ListWaiting"
 	case p == "/api/v1/activities" && get:
 		return "/aion.v1.ActivityService/List"
 	case p == "/api/v1/activities" && !get:

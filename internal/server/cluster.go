@@ -89,6 +89,20 @@ func (s *Server) workerView(w registry.WorkerInfo) *aionv1.Worker {
 	return workerToProto(w, seen, peer)
 }
 
+func (c *clusterService) ListWaiting(ctx context.Context, r *aionv1.ListWaitingRequest) (*aionv1.ListWaitingResponse, error) {
+	v, err := c.s.eng.Waiting(ctx, c.s.caller(ctx), r.GetNamespace())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &aionv1.ListWaitingResponse{Groups: make([]*aionv1.WaitingGroup, 0, len(v.Groups)), Truncated: uint32(v.Truncated)}
+	for _, g := range v.Groups {
+		out.Groups = append(out.Groups, &aionv1.WaitingGroup{TaskQueue: g.TaskQueue, Kind: g.Kind, Type: g.Type,
+			Priority: int32(g.Priority), FairnessKey: g.FairnessKey, HeldBy: string(g.HeldBy), ConcurrencyKey: g.ConcurrencyKey,
+			Count: uint64(g.Count), OldestReadyTime: ts(g.OldestReady)})
+	}
+	return out, nil
+}
+
 func (c *clusterService) ListWorkers(ctx context.Context, r *aionv1.ListWorkersRequest) (*aionv1.ListWorkersResponse, error) {
 	if err := name.CheckOptional("namespace", r.GetNamespace(), name.MaxName); err != nil {
 		return nil, toStatus(err)

@@ -55,6 +55,11 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			return nss.SetPlacement(ctx, &aionv1.SetPlacementRequest{Name: r.PathValue("name"), Placement: &p})
 		})
 	})
+	mux.HandleFunc("GET /api/v1/waiting", func(w http.ResponseWriter, r *http.Request) {
+		respond(w, r, func(ctx context.Context) (proto.Message, error) {
+			return cluster.ListWaiting(ctx, &aionv1.ListWaitingRequest{Namespace: r.URL.Query().Get("namespace")})
+		})
+	})
 	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, func(ctx context.Context) (proto.Message, error) {
 			return cluster.ListWorkers(ctx, &aionv1.ListWorkersRequest{Namespace: r.URL.Query().Get("namespace")})

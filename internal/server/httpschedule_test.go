@@ -99,3 +99,32 @@ func TestHTTPScheduleRoutesKeepNamespacesApart(t *testing.T) {
 		}
 	}
 }
+
+// The waiting view over HTTP: a namespace's ready work by queue, type,
+// priority and fairness key, to its own callers only.
+func TestHTTPWaitingCountsWorkByPriorityAndKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withReaderKeys)
+	base := "http://" + b.srv.HTTPAddr() + "/api/v1"
+	for i, key := range []string{"tenant-x", "tenant-x", "tenant-y", ""} {
+		apiCall(t, "POST", base+"/activities", "admin-secret", fmt.Sprintf(
+			`{"namespace":"tenant-a","id":"w-%d","activity_type":"render","fairness_key":%q,"priority":%d}`, i, key, 2+i%2), 200)
+	}
+	res := apiCall(t, "GET", base+"/waiting?namespace=tenant-a", "tenant-a-reader-secret", "", 200)
+	got := map[string]string{}
+	for _, g := range list(res["groups"]) {
+		m := obj(g)
+		got[fmt.Sprintf("%v/%v/%v/%v", m["task_queue"], m["type"], m["priority"], m["fairness_key"])] = fmt.Sprint(m["count"])
+	}
+	want := map[string]string{"default/render/2/tenant-x": "1", "default/render/3/tenant-x": "1", "default/render/2/tenant-y": "1",
+		"default/render/3/<nil>": "1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("waiting groups %v, want %v (from %v)", got, want, res)
+	}
+	if code, raw := httpCall(t, "GET", base+"/waiting?namespace=tenant-b", "tenant-a-reader-secret", ""); code != 403 {
+		t.Fatalf("another tenant's waiting work: %d %s, want 403", code, raw)
+	}
+	if code, raw := httpCall(t, "GET", base+"/waiting", "admin-secret", ""); code != 400 || !strings.Contains(raw, "namespace") {
+		t.Fatalf("waiting without a namespace: %d %s, want 400 naming namespace", code, raw)
+	}
+}

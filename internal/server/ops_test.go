@@ -61,24 +61,28 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 	w.fail(w.nextTask(), "io", true) // flaky attempt 1: retried
 	w.fail(w.nextTask(), "io", true) // attempt 2: no attempts left
 	b.wait(t, "m", "flaky")
-	// Backlog: two activities nobody serves, in pool m/backlogged.
+	// Backlog: two activities nobody serves, in pool m/backlogged, one of
+	// them urgent.
 	scheduling := time.Now()
 	for i := range 2 {
-		b.schedule(t, &aionv1.ScheduleRequest{Namespace: "m", Id: fmt.Sprintf("wait-%d", i), TaskQueue: "backlogged", ActivityType: "ok"})
+		b.schedule(t, &aionv1.ScheduleRequest{Namespace: "m", Id: fmt.Sprintf("wait-%d", i), TaskQueue: "backlogged", ActivityType: "ok",
+			Priority: int32(1 + 2*i)})
 	}
 
 	want := map[string]float64{
-		`aion_activities_scheduled_total{namespace="m"}`:                        6,
-		`aion_attempts_started_total{namespace="m"}`:                            5,
-		`aion_activities_closed_total{namespace="m",state="completed"}`:         3,
-		`aion_activities_closed_total{namespace="m",state="failed"}`:            1,
-		`aion_activities_retried_total{namespace="m"}`:                          1,
-		`aion_attempt_duration_seconds_count{namespace="m",outcome="failed"}`:   2,
-		`aion_schedule_to_start_seconds_count{namespace="m"}`:                   5,
-		`aion_workers_connected{namespace="m"}`:                                 2,
-		`aion_workers_connected{namespace="m2"}`:                                1,
-		`aion_backlog_activities{namespace="m",task_queue="backlogged"}`:        2,
-		`aion_grpc_requests_total{code="OK",method="ActivityService/Schedule"}`: 7,
+		`aion_activities_scheduled_total{namespace="m"}`:                                          6,
+		`aion_attempts_started_total{namespace="m"}`:                                              5,
+		`aion_activities_closed_total{namespace="m",state="completed"}`:                           3,
+		`aion_activities_closed_total{namespace="m",state="failed"}`:                              1,
+		`aion_activities_retried_total{namespace="m"}`:                                            1,
+		`aion_attempt_duration_seconds_count{namespace="m",outcome="failed"}`:                     2,
+		`aion_schedule_to_start_seconds_count{namespace="m"}`:                                     5,
+		`aion_workers_connected{namespace="m"}`:                                                   2,
+		`aion_workers_connected{namespace="m2"}`:                                                  1,
+		`aion_backlog_activities{namespace="m",task_queue="backlogged"}`:                          2,
+		`aion_backlog_by_priority_activities{namespace="m",priority="1",task_queue="backlogged"}`: 1,
+		`aion_backlog_by_priority_activities{namespace="m",priority="3",task_queue="backlogged"}`: 1,
+		`aion_grpc_requests_total{code="OK",method="ActivityService/Schedule"}`:                   7,
 	}
 	// Wait until every series has caught up with the workload and the
 	// backlog has aged 50ms.

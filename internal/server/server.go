@@ -594,7 +594,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (s *Server) backlog() []metrics.Backlog {
 	var out []metrics.Backlog
 	for _, b := range s.eng.Backlog() {
-		out = append(out, metrics.Backlog{Namespace: b.Namespace, TaskQueue: b.TaskQueue, Waiting: b.Waiting, OldestAge: b.OldestAge})
+		out = append(out, metrics.Backlog{Namespace: b.Namespace, TaskQueue: b.TaskQueue, Waiting: b.Waiting, OldestAge: b.OldestAge,
+			ByPriority: b.ByPriority})
 	}
 	return out
 }

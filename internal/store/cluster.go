@@ -183,7 +183,23 @@ type WaitingBacklog struct {
 	Waiting              int
 	// OldestReadyAt is when the longest-waiting of them became ready.
 	OldestReadyAt time.Time
+	// ByPriority counts them by priority: index 0 for priority 1.
+	ByPriority [LowestPriority]int
 }
+
+// WaitingGroup counts the ready activities of one task queue and type
+// that share a priority and a fairness key.
+type WaitingGroup struct {
+	TaskQueue, ActivityType string
+	Priority                int
+	FairnessKey             string
+	Count                   int
+	// OldestReadyAt is when the longest-waiting of them became ready.
+	OldestReadyAt time.Time
+}
+
+// MaxWaitingGroups bounds what ListWaitingGroups returns.
+const MaxWaitingGroups = 1000
 
 // OpenCount is what a namespace holds in activities not closed yet.
 type OpenCount struct {
@@ -334,6 +350,10 @@ type Cluster interface {
 	// ListWaitingBacklog reports the waiting work ready by now per pool,
 	// ordered by namespace and task queue.
 	ListWaitingBacklog(ctx context.Context, now time.Time) ([]WaitingBacklog, error)
+	// ListWaitingGroups reports a namespace's activities ready by now and
+	// waiting for a claim, counted by task queue, type, priority and
+	// fairness key, largest groups first, at most MaxWaitingGroups of them.
+	ListWaitingGroups(ctx context.Context, namespace string, now time.Time) ([]WaitingGroup, error)
 	// CountOpenActivities reports, per namespace, the activities not closed
 	// yet and the bytes of their payloads.
 	CountOpenActivities(ctx context.Context) (map[string]OpenCount, error)

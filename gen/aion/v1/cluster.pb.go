@@ -144,6 +144,228 @@ func (DisconnectReason) EnumDescriptor() ([]byte, []int) {
 	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{1}
 }
 
+// ListWaitingRequest names the namespace to count.
+type ListWaitingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace; required.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingRequest) Reset() {
+	*x = ListWaitingRequest{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingRequest) ProtoMessage() {}
+
+func (x *ListWaitingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingRequest.ProtoReflect.Descriptor instead.
+func (*ListWaitingRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListWaitingRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// ListWaitingResponse answers ListWaiting.
+type ListWaitingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The groups, largest first; at most 1,000.
+	Groups []*WaitingGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Groups left out past the 1,000 shown (the smallest).
+	Truncated     uint32 `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitingResponse) Reset() {
+	*x = ListWaitingResponse{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitingResponse) ProtoMessage() {}
+
+func (x *ListWaitingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitingResponse.ProtoReflect.Descriptor instead.
+func (*ListWaitingResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListWaitingResponse) GetGroups() []*WaitingGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ListWaitingResponse) GetTruncated() uint32 {
+	if x != nil {
+		return x.Truncated
+	}
+	return 0
+}
+
+// WaitingGroup counts the ready work of one pool and type that shares a priority and a fairness
+// key, and what holds it apart from its queue, if anything.
+type WaitingGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Task queue of the pool.
+	TaskQueue string `protobuf:"bytes,1,opt,name=task_queue,json=taskQueue,proto3" json:"task_queue,omitempty"`
+	// "activity" for activities waiting for a slot, "workflow_task" for runs waiting for a workflow
+	// task.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Activity or workflow type.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// Priority, 1 first … 5 last.
+	Priority int32 `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Fairness key; empty is the default key.
+	FairnessKey string `protobuf:"bytes,5,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// Empty for work in its queue; concurrency_limit or rate_limited for work a flow limit holds
+	// (on one server; in a cluster such work waits in the store and is counted with its queue).
+	HeldBy string `protobuf:"bytes,6,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	// The concurrency key, for work a concurrency limit holds.
+	ConcurrencyKey string `protobuf:"bytes,7,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// How many.
+	Count uint64 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	// When the longest-waiting of them became ready.
+	OldestReadyTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=oldest_ready_time,json=oldestReadyTime,proto3" json:"oldest_ready_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WaitingGroup) Reset() {
+	*x = WaitingGroup{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingGroup) ProtoMessage() {}
+
+func (x *WaitingGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingGroup.ProtoReflect.Descriptor instead.
+func (*WaitingGroup) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WaitingGroup) GetTaskQueue() string {
+	if x != nil {
+		return x.TaskQueue
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *WaitingGroup) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *WaitingGroup) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *WaitingGroup) GetOldestReadyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestReadyTime
+	}
+	return nil
+}
+
 // Worker is one connected worker stream.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -196,7 +418,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[0]
+	mi := &file_aion_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +430,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[0]
+	mi := &file_aion_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +443,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Worker) GetId() uint64 {
@@ -392,7 +614,7 @@ type PoolStats struct {
 
 func (x *PoolStats) Reset() {
 	*x = PoolStats{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[1]
+	mi := &file_aion_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +626,7 @@ func (x *PoolStats) String() string {
 func (*PoolStats) ProtoMessage() {}
 
 func (x *PoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[1]
+	mi := &file_aion_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +639,7 @@ func (x *PoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStats.ProtoReflect.Descriptor instead.
 func (*PoolStats) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PoolStats) GetNamespace() string {
@@ -473,7 +695,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[2]
+	mi := &file_aion_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +707,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[2]
+	mi := &file_aion_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +720,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListWorkersRequest) GetNamespace() string {
@@ -519,7 +741,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[3]
+	mi := &file_aion_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +753,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[3]
+	mi := &file_aion_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +766,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -565,7 +787,7 @@ type DrainWorkerRequest struct {
 
 func (x *DrainWorkerRequest) Reset() {
 	*x = DrainWorkerRequest{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[4]
+	mi := &file_aion_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +799,7 @@ func (x *DrainWorkerRequest) String() string {
 func (*DrainWorkerRequest) ProtoMessage() {}
 
 func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[4]
+	mi := &file_aion_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +812,7 @@ func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DrainWorkerRequest) GetWorkerId() uint64 {
@@ -611,7 +833,7 @@ type DrainWorkerResponse struct {
 
 func (x *DrainWorkerResponse) Reset() {
 	*x = DrainWorkerResponse{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[5]
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +845,7 @@ func (x *DrainWorkerResponse) String() string {
 func (*DrainWorkerResponse) ProtoMessage() {}
 
 func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[5]
+	mi := &file_aion_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +858,7 @@ func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DrainWorkerResponse) GetWorker() *Worker {
@@ -658,7 +880,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[6]
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +892,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[6]
+	mi := &file_aion_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +905,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchRequest) GetAfterSequence() uint64 {
@@ -722,7 +944,7 @@ type ClusterEvent struct {
 
 func (x *ClusterEvent) Reset() {
 	*x = ClusterEvent{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[7]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +956,7 @@ func (x *ClusterEvent) String() string {
 func (*ClusterEvent) ProtoMessage() {}
 
 func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[7]
+	mi := &file_aion_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +969,7 @@ func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
 func (*ClusterEvent) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterEvent) GetSequence() uint64 {
@@ -964,7 +1186,7 @@ type ScheduleFired struct {
 
 func (x *ScheduleFired) Reset() {
 	*x = ScheduleFired{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1198,7 @@ func (x *ScheduleFired) String() string {
 func (*ScheduleFired) ProtoMessage() {}
 
 func (x *ScheduleFired) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[8]
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1211,7 @@ func (x *ScheduleFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleFired.ProtoReflect.Descriptor instead.
 func (*ScheduleFired) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScheduleFired) GetNamespace() string {
@@ -1066,7 +1288,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1300,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[9]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1313,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -1112,7 +1334,7 @@ type RunClosed struct {
 
 func (x *RunClosed) Reset() {
 	*x = RunClosed{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1346,7 @@ func (x *RunClosed) String() string {
 func (*RunClosed) ProtoMessage() {}
 
 func (x *RunClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[10]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1359,7 @@ func (x *RunClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunClosed.ProtoReflect.Descriptor instead.
 func (*RunClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunClosed) GetRun() *Run {
@@ -1162,7 +1384,7 @@ type ClusterSnapshot struct {
 
 func (x *ClusterSnapshot) Reset() {
 	*x = ClusterSnapshot{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1396,7 @@ func (x *ClusterSnapshot) String() string {
 func (*ClusterSnapshot) ProtoMessage() {}
 
 func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1409,7 @@ func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSnapshot.ProtoReflect.Descriptor instead.
 func (*ClusterSnapshot) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterSnapshot) GetWorkers() []*Worker {
@@ -1222,7 +1444,7 @@ type WorkerConnected struct {
 
 func (x *WorkerConnected) Reset() {
 	*x = WorkerConnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1456,7 @@ func (x *WorkerConnected) String() string {
 func (*WorkerConnected) ProtoMessage() {}
 
 func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1469,7 @@ func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerConnected.ProtoReflect.Descriptor instead.
 func (*WorkerConnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerConnected) GetWorker() *Worker {
@@ -1268,7 +1490,7 @@ type WorkerDraining struct {
 
 func (x *WorkerDraining) Reset() {
 	*x = WorkerDraining{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1502,7 @@ func (x *WorkerDraining) String() string {
 func (*WorkerDraining) ProtoMessage() {}
 
 func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1515,7 @@ func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDraining.ProtoReflect.Descriptor instead.
 func (*WorkerDraining) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerDraining) GetWorkerId() uint64 {
@@ -1318,7 +1540,7 @@ type WorkerDisconnected struct {
 
 func (x *WorkerDisconnected) Reset() {
 	*x = WorkerDisconnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1552,7 @@ func (x *WorkerDisconnected) String() string {
 func (*WorkerDisconnected) ProtoMessage() {}
 
 func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1565,7 @@ func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDisconnected.ProtoReflect.Descriptor instead.
 func (*WorkerDisconnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerDisconnected) GetWorkerId() uint64 {
@@ -1378,7 +1600,7 @@ type NamespaceCreated struct {
 
 func (x *NamespaceCreated) Reset() {
 	*x = NamespaceCreated{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1612,7 @@ func (x *NamespaceCreated) String() string {
 func (*NamespaceCreated) ProtoMessage() {}
 
 func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1625,7 @@ func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCreated.ProtoReflect.Descriptor instead.
 func (*NamespaceCreated) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NamespaceCreated) GetNamespace() *Namespace {
@@ -1424,7 +1646,7 @@ type PlacementChanged struct {
 
 func (x *PlacementChanged) Reset() {
 	*x = PlacementChanged{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1658,7 @@ func (x *PlacementChanged) String() string {
 func (*PlacementChanged) ProtoMessage() {}
 
 func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1671,7 @@ func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementChanged.ProtoReflect.Descriptor instead.
 func (*PlacementChanged) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlacementChanged) GetNamespace() *Namespace {
@@ -1472,7 +1694,7 @@ type PoolStatsUpdate struct {
 
 func (x *PoolStatsUpdate) Reset() {
 	*x = PoolStatsUpdate{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[17]
+	mi := &file_aion_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1706,7 @@ func (x *PoolStatsUpdate) String() string {
 func (*PoolStatsUpdate) ProtoMessage() {}
 
 func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[17]
+	mi := &file_aion_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1719,7 @@ func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatsUpdate.ProtoReflect.Descriptor instead.
 func (*PoolStatsUpdate) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PoolStatsUpdate) GetPools() []*PoolStats {
@@ -1511,7 +1733,23 @@ var File_aion_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/schedule.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x06\n" +
+	"\x15aion/v1/cluster.proto\x12\aaion.v1\x1a\x1aaion/v1/intervention.proto\x1a\x17aion/v1/namespace.proto\x1a\x16aion/v1/schedule.proto\x1a\x16aion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n" +
+	"\x12ListWaitingRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"b\n" +
+	"\x13ListWaitingResponse\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.aion.v1.WaitingGroupR\x06groups\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\rR\ttruncated\"\xb4\x02\n" +
+	"\fWaitingGroup\x12\x1d\n" +
+	"\n" +
+	"task_queue\x18\x01 \x01(\tR\ttaskQueue\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12!\n" +
+	"\ffairness_key\x18\x05 \x01(\tR\vfairnessKey\x12\x17\n" +
+	"\aheld_by\x18\x06 \x01(\tR\x06heldBy\x12'\n" +
+	"\x0fconcurrency_key\x18\a \x01(\tR\x0econcurrencyKey\x12\x14\n" +
+	"\x05count\x18\b \x01(\x04R\x05count\x12F\n" +
+	"\x11oldest_ready_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0foldestReadyTime\"\x9e\x06\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
 	"\n" +
@@ -1626,11 +1864,12 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\x19DISCONNECT_REASON_TIMEOUT\x10\x02\x12\"\n" +
 	"\x1eDISCONNECT_REASON_DEREGISTERED\x10\x03\x12\x1d\n" +
 	"\x19DISCONNECT_REASON_DRAINED\x10\x04\x12!\n" +
-	"\x1dDISCONNECT_REASON_SERVER_LOST\x10\x052\xdd\x01\n" +
+	"\x1dDISCONNECT_REASON_SERVER_LOST\x10\x052\xa7\x02\n" +
 	"\x0eClusterService\x12H\n" +
 	"\vListWorkers\x12\x1b.aion.v1.ListWorkersRequest\x1a\x1c.aion.v1.ListWorkersResponse\x12H\n" +
 	"\vDrainWorker\x12\x1b.aion.v1.DrainWorkerRequest\x1a\x1c.aion.v1.DrainWorkerResponse\x127\n" +
-	"\x05Watch\x12\x15.aion.v1.WatchRequest\x1a\x15.aion.v1.ClusterEvent0\x01B-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
+	"\x05Watch\x12\x15.aion.v1.WatchRequest\x1a\x15.aion.v1.ClusterEvent0\x01\x12H\n" +
+	"\vListWaiting\x12\x1b.aion.v1.ListWaitingRequest\x1a\x1c.aion.v1.ListWaitingResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
 var (
 	file_aion_v1_cluster_proto_rawDescOnce sync.Once
@@ -1645,77 +1884,84 @@ func file_aion_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_aion_v1_cluster_proto_goTypes = []any{
 	(WorkerState)(0),              // 0: aion.v1.WorkerState
 	(DisconnectReason)(0),         // 1: aion.v1.DisconnectReason
-	(*Worker)(nil),                // 2: aion.v1.Worker
-	(*PoolStats)(nil),             // 3: aion.v1.PoolStats
-	(*ListWorkersRequest)(nil),    // 4: aion.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),   // 5: aion.v1.ListWorkersResponse
-	(*DrainWorkerRequest)(nil),    // 6: aion.v1.DrainWorkerRequest
-	(*DrainWorkerResponse)(nil),   // 7: aion.v1.DrainWorkerResponse
-	(*WatchRequest)(nil),          // 8: aion.v1.WatchRequest
-	(*ClusterEvent)(nil),          // 9: aion.v1.ClusterEvent
-	(*ScheduleFired)(nil),         // 10: aion.v1.ScheduleFired
-	(*RunStarted)(nil),            // 11: aion.v1.RunStarted
-	(*RunClosed)(nil),             // 12: aion.v1.RunClosed
-	(*ClusterSnapshot)(nil),       // 13: aion.v1.ClusterSnapshot
-	(*WorkerConnected)(nil),       // 14: aion.v1.WorkerConnected
-	(*WorkerDraining)(nil),        // 15: aion.v1.WorkerDraining
-	(*WorkerDisconnected)(nil),    // 16: aion.v1.WorkerDisconnected
-	(*NamespaceCreated)(nil),      // 17: aion.v1.NamespaceCreated
-	(*PlacementChanged)(nil),      // 18: aion.v1.PlacementChanged
-	(*PoolStatsUpdate)(nil),       // 19: aion.v1.PoolStatsUpdate
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(InterventionPrimitive)(0),    // 21: aion.v1.InterventionPrimitive
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(ScheduleActionOutcome)(0),    // 23: aion.v1.ScheduleActionOutcome
-	(*Run)(nil),                   // 24: aion.v1.Run
-	(*Namespace)(nil),             // 25: aion.v1.Namespace
+	(*ListWaitingRequest)(nil),    // 2: aion.v1.ListWaitingRequest
+	(*ListWaitingResponse)(nil),   // 3: aion.v1.ListWaitingResponse
+	(*WaitingGroup)(nil),          // 4: aion.v1.WaitingGroup
+	(*Worker)(nil),                // 5: aion.v1.Worker
+	(*PoolStats)(nil),             // 6: aion.v1.PoolStats
+	(*ListWorkersRequest)(nil),    // 7: aion.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),   // 8: aion.v1.ListWorkersResponse
+	(*DrainWorkerRequest)(nil),    // 9: aion.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),   // 10: aion.v1.DrainWorkerResponse
+	(*WatchRequest)(nil),          // 11: aion.v1.WatchRequest
+	(*ClusterEvent)(nil),          // 12: aion.v1.ClusterEvent
+	(*ScheduleFired)(nil),         // 13: aion.v1.ScheduleFired
+	(*RunStarted)(nil),            // 14: aion.v1.RunStarted
+	(*RunClosed)(nil),             // 15: aion.v1.RunClosed
+	(*ClusterSnapshot)(nil),       // 16: aion.v1.ClusterSnapshot
+	(*WorkerConnected)(nil),       // 17: aion.v1.WorkerConnected
+	(*WorkerDraining)(nil),        // 18: aion.v1.WorkerDraining
+	(*WorkerDisconnected)(nil),    // 19: aion.v1.WorkerDisconnected
+	(*NamespaceCreated)(nil),      // 20: aion.v1.NamespaceCreated
+	(*PlacementChanged)(nil),      // 21: aion.v1.PlacementChanged
+	(*PoolStatsUpdate)(nil),       // 22: aion.v1.PoolStatsUpdate
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(InterventionPrimitive)(0),    // 24: aion.v1.InterventionPrimitive
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(ScheduleActionOutcome)(0),    // 26: aion.v1.ScheduleActionOutcome
+	(*Run)(nil),                   // 27: aion.v1.Run
+	(*Namespace)(nil),             // 28: aion.v1.Namespace
 }
 var file_aion_v1_cluster_proto_depIdxs = []int32{
-	0,  // 0: aion.v1.Worker.state:type_name -> aion.v1.WorkerState
-	20, // 1: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
-	20, // 2: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	21, // 3: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
-	22, // 4: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
-	2,  // 5: aion.v1.ListWorkersResponse.workers:type_name -> aion.v1.Worker
-	2,  // 6: aion.v1.DrainWorkerResponse.worker:type_name -> aion.v1.Worker
-	20, // 7: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	13, // 8: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
-	14, // 9: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
-	15, // 10: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
-	16, // 11: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
-	17, // 12: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
-	18, // 13: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
-	19, // 14: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
-	11, // 15: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
-	12, // 16: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
-	10, // 17: aion.v1.ClusterEvent.schedule_fired:type_name -> aion.v1.ScheduleFired
-	23, // 18: aion.v1.ScheduleFired.outcome:type_name -> aion.v1.ScheduleActionOutcome
-	20, // 19: aion.v1.ScheduleFired.nominal_time:type_name -> google.protobuf.Timestamp
-	24, // 20: aion.v1.RunStarted.run:type_name -> aion.v1.Run
-	24, // 21: aion.v1.RunClosed.run:type_name -> aion.v1.Run
-	2,  // 22: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
-	25, // 23: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
-	3,  // 24: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
-	2,  // 25: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
-	1,  // 26: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
-	25, // 27: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
-	25, // 28: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
-	3,  // 29: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
-	4,  // 30: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
-	6,  // 31: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
-	8,  // 32: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
-	5,  // 33: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
-	7,  // 34: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
-	9,  // 35: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
-	33, // [33:36] is the sub-list for method output_type
-	30, // [30:33] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	4,  // 0: aion.v1.ListWaitingResponse.groups:type_name -> aion.v1.WaitingGroup
+	23, // 1: aion.v1.WaitingGroup.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	0,  // 2: aion.v1.Worker.state:type_name -> aion.v1.WorkerState
+	23, // 3: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
+	23, // 4: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	24, // 5: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
+	25, // 6: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
+	5,  // 7: aion.v1.ListWorkersResponse.workers:type_name -> aion.v1.Worker
+	5,  // 8: aion.v1.DrainWorkerResponse.worker:type_name -> aion.v1.Worker
+	23, // 9: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 10: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
+	17, // 11: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
+	18, // 12: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
+	19, // 13: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
+	20, // 14: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
+	21, // 15: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
+	22, // 16: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
+	14, // 17: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
+	15, // 18: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
+	13, // 19: aion.v1.ClusterEvent.schedule_fired:type_name -> aion.v1.ScheduleFired
+	26, // 20: aion.v1.ScheduleFired.outcome:type_name -> aion.v1.ScheduleActionOutcome
+	23, // 21: aion.v1.ScheduleFired.nominal_time:type_name -> google.protobuf.Timestamp
+	27, // 22: aion.v1.RunStarted.run:type_name -> aion.v1.Run
+	27, // 23: aion.v1.RunClosed.run:type_name -> aion.v1.Run
+	5,  // 24: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
+	28, // 25: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
+	6,  // 26: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
+	5,  // 27: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
+	1,  // 28: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
+	28, // 29: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
+	28, // 30: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
+	6,  // 31: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
+	7,  // 32: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
+	9,  // 33: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
+	11, // 34: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
+	2,  // 35: aion.v1.ClusterService.ListWaiting:input_type -> aion.v1.ListWaitingRequest
+	8,  // 36: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
+	10, // 37: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
+	12, // 38: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
+	3,  // 39: aion.v1.ClusterService.ListWaiting:output_type -> aion.v1.ListWaitingResponse
+	36, // [36:40] is the sub-list for method output_type
+	32, // [32:36] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_cluster_proto_init() }
@@ -1727,7 +1973,7 @@ func file_aion_v1_cluster_proto_init() {
 	file_aion_v1_namespace_proto_init()
 	file_aion_v1_schedule_proto_init()
 	file_aion_v1_workflow_proto_init()
-	file_aion_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{
+	file_aion_v1_cluster_proto_msgTypes[10].OneofWrappers = []any{
 		(*ClusterEvent_Snapshot)(nil),
 		(*ClusterEvent_WorkerConnected)(nil),
 		(*ClusterEvent_WorkerDraining)(nil),
@@ -1745,7 +1991,7 @@ func file_aion_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_cluster_proto_rawDesc), len(file_aion_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

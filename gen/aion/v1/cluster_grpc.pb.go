@@ -24,6 +24,7 @@ const (
 	ClusterService_ListWorkers_FullMethodName = "/aion.v1.ClusterService/ListWorkers"
 	ClusterService_DrainWorker_FullMethodName = "/aion.v1.ClusterService/DrainWorker"
 	ClusterService_Watch_FullMethodName       = "/aion.v1.ClusterService/Watch"
+	ClusterService_ListWaiting_FullMethodName = "/aion.v1.ClusterService/ListWaiting"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -38,6 +39,9 @@ type ClusterServiceClient interface {
 	DrainWorker(ctx context.Context, in *DrainWorkerRequest, opts ...grpc.CallOption) (*DrainWorkerResponse, error)
 	// Watch streams cluster events: a snapshot first (unless resuming), then deltas in sequence order.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterEvent], error)
+	// ListWaiting counts a namespace's ready work waiting for a worker, by task queue, type,
+	// priority and fairness key, with what a flow limit holds apart; the largest groups first.
+	ListWaiting(ctx context.Context, in *ListWaitingRequest, opts ...grpc.CallOption) (*ListWaitingResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -87,6 +91,16 @@ func (c *clusterServiceClient) Watch(ctx context.Context, in *WatchRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_WatchClient = grpc.ServerStreamingClient[ClusterEvent]
 
+func (c *clusterServiceClient) ListWaiting(ctx context.Context, in *ListWaitingRequest, opts ...grpc.CallOption) (*ListWaitingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWaitingResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ListWaiting_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -99,6 +113,9 @@ type ClusterServiceServer interface {
 	DrainWorker(context.Context, *DrainWorkerRequest) (*DrainWorkerResponse, error)
 	// Watch streams cluster events: a snapshot first (unless resuming), then deltas in sequence order.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[ClusterEvent]) error
+	// ListWaiting counts a namespace's ready work waiting for a worker, by task queue, type,
+	// priority and fairness key, with what a flow limit holds apart; the largest groups first.
+	ListWaiting(context.Context, *ListWaitingRequest) (*ListWaitingResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -117,6 +134,9 @@ func (UnimplementedClusterServiceServer) DrainWorker(context.Context, *DrainWork
 }
 func (UnimplementedClusterServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[ClusterEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedClusterServiceServer) ListWaiting(context.Context, *ListWaitingRequest) (*ListWaitingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWaiting not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -186,6 +206,24 @@ func _ClusterService_Watch_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_WatchServer = grpc.ServerStreamingServer[ClusterEvent]
 
+func _ClusterService_ListWaiting_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWaitingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ListWaiting(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ListWaiting_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ListWaiting(ctx, req.(*ListWaitingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -200,6 +238,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainWorker",
 			Handler:    _ClusterService_DrainWorker_Handler,
+		},
+		{
+			MethodName: "ListWaiting",
+			Handler:    _ClusterService_ListWaiting_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

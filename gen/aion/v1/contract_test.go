@@ -128,7 +128,7 @@ func TestServiceMethods(t *testing.T) {
 		{aionv1.NamespaceService_ServiceDesc, "aion.v1.NamespaceService",
 			[]string{"Create", "Get", "List", "SetPlacement", "SetFlowLimit", "GetFlowLimit", "ListFlowLimits", "ClearFlowLimit"}, nil},
 		{aionv1.ClusterService_ServiceDesc, "aion.v1.ClusterService",
-			[]string{"ListWorkers", "DrainWorker"}, []string{"Watch"}},
+			[]string{"ListWorkers", "DrainWorker", "ListWaiting"}, []string{"Watch"}},
 		{aionv1.ScheduleService_ServiceDesc, "aion.v1.ScheduleService",
 			[]string{"Create", "Get", "List", "Update", "Pause", "Resume", "Trigger", "Backfill", "Delete"}, nil},
 	}

@@ -634,23 +634,59 @@ func (s *Store) GetRunningAttempt(ctx context.Context, namespace, id string) (*s
 
 // ListWaitingBacklog implements store.Cluster.
 func (s *Store) ListWaitingBacklog(ctx context.Context, now time.Time) ([]store.WaitingBacklog, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace, task_queue, count(*), min(ready_at) FROM activities
-		WHERE state = 'scheduled' AND ready_at <= $1 GROUP BY namespace, task_queue
-		ORDER BY namespace COLLATE "C", task_queue COLLATE "C"`, store.UnixNanos(now))
+	rows, err := s.pool.Query(ctx, `SELECT namespace, task_queue, priority, count(*), min(ready_at) FROM activities
+		WHERE state = 'scheduled' AND ready_at <= $1 GROUP BY namespace, task_queue, priority
+		ORDER BY namespace COLLATE "C", task_queue COLLATE "C", priority`, store.UnixNanos(now))
 	if err != nil {
 		return nil, fmt.Errorf("measure the backlog: %w", dbErr(err))
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WaitingBacklog, error) {
-		var (
-			b     store.WaitingBacklog
-			ready int64
-		)
-		err := row.Scan(&b.Namespace, &b.TaskQueue, &b.Waiting, &ready)
-		b.OldestReadyAt = store.FromUnixNanos(ready)
-		return b, err
+	var out []store.WaitingBacklog
+	var (
+		ns, tq      string
+		priority, n int
+		ready       int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ns, &tq, &priority, &n, &ready}, func() error {
+		if len(out) == 0 || out[len(out)-1].Namespace != ns || out[len(out)-1].TaskQueue != tq {
+			out = append(out, store.WaitingBacklog{Namespace: ns, TaskQueue: tq})
+		}
+		b := &out[len(out)-1]
+		b.Waiting += n
+		if i := min(max(priority, store.HighestPriority), store.LowestPriority) - store.HighestPriority; i >= 0 {
+			b.ByPriority[i] += n
+		}
+		if at := store.FromUnixNanos(ready); b.OldestReadyAt.IsZero() || at.Before(b.OldestReadyAt) {
+			b.OldestReadyAt = at
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("measure the backlog: %w", dbErr(err))
+	}
+	return out, nil
+}
+
+// ListWaitingGroups implements store.Cluster.
+func (s *Store) ListWaitingGroups(ctx context.Context, namespace string, now time.Time) ([]store.WaitingGroup, error) {
+	rows, err := s.pool.Query(ctx, `SELECT task_queue, activity_type, priority, fairness_key, count(*) AS n, min(ready_at)
+		FROM activities WHERE namespace = $1 AND state = 'scheduled' AND ready_at <= $2
+		GROUP BY task_queue, activity_type, priority, fairness_key
+		ORDER BY n DESC, task_queue COLLATE "C", activity_type COLLATE "C", priority, fairness_key COLLATE "C" LIMIT $3`,
+		namespace, store.UnixNanos(now), store.MaxWaitingGroups)
+	if err != nil {
+		return nil, fmt.Errorf("count waiting work of namespace %q: %w", namespace, dbErr(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WaitingGroup, error) {
+		var (
+			g     store.WaitingGroup
+			ready int64
+		)
+		err := row.Scan(&g.TaskQueue, &g.ActivityType, &g.Priority, &g.FairnessKey, &g.Count, &ready)
+		g.OldestReadyAt = store.FromUnixNanos(ready)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count waiting work of namespace %q: %w", namespace, dbErr(err))
 	}
 	return out, nil
 }

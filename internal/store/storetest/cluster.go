@@ -59,6 +59,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"LimitedClaimsShareARateBucket", testLimitedClaimsShareARateBucket},
 		{"LimitedSlotOfADeadServerIsFreedByTheReap", testLimitedSlotOfADeadServer},
 		{"ClaimsShareOutFairnessKeysByWeight", testClaimsShareOutFairnessKeys},
+		{"WaitingGroupsCountReadyWorkByPriorityAndKey", testWaitingGroups},
 		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
 		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
@@ -679,7 +680,8 @@ func testBacklogAndOpenCounts(t *testing.T, c *clusterCase) {
 	}
 	for i := range want {
 		if backlog[i].Namespace != want[i].Namespace || backlog[i].TaskQueue != want[i].TaskQueue ||
-			backlog[i].Waiting != want[i].Waiting || !backlog[i].OldestReadyAt.Equal(want[i].OldestReadyAt) {
+			backlog[i].Waiting != want[i].Waiting || !backlog[i].OldestReadyAt.Equal(want[i].OldestReadyAt) ||
+			backlog[i].ByPriority != [store.LowestPriority]int{2: want[i].Waiting} {
 			t.Fatalf("backlog[%d]: %+v, want %+v", i, backlog[i], want[i])
 		}
 	}
@@ -1007,5 +1009,47 @@ func testClaimsShareOutFairnessKeys(t *testing.T, c *clusterCase) {
 	c.scheduleFair("urgent", "y", 1, 1, 1)
 	if got := claimIDs("urgent", 20); got != "[y-0]" {
 		t.Fatalf("claim of 1 took %s, want the priority-1 activity", got)
+	}
+}
+
+// ListWaitingGroups counts a namespace's ready waiting work by task queue,
+// type, priority and fairness key, largest first, leaving out work not
+// ready yet, claimed work and other namespaces.
+func testWaitingGroups(t *testing.T, c *clusterCase) {
+	owner := c.join("s", time.Minute)
+	old := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	var writes []store.Write
+	add := func(ns, id, tq, typ string, p int, key string, ready time.Time) {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: ns, ID: id, TaskQueue: tq,
+			ActivityType: typ, Fingerprint: "f", State: store.StateScheduled, Priority: p, Flow: store.Flow{FairnessKey: key},
+			Timeouts: store.Timeouts{ScheduleToClose: time.Hour}, ScheduledAt: old, ReadyAt: ready}})
+	}
+	for i := range 3 {
+		add("ns", fmt.Sprint("a", i), "q", "t", 3, "tenant-a", old.Add(time.Duration(i)*time.Second))
+	}
+	add("ns", "b0", "q", "t", 3, "tenant-b", old)
+	add("ns", "u0", "q", "t", 1, "", old.Add(5*time.Second))
+	add("ns", "later", "q", "t", 3, "tenant-b", time.Now().Add(time.Hour))
+	add("other", "x0", "q", "t", 3, "tenant-a", old)
+	add("ns", "c0", "claimed", "t", 3, "", old)
+	c.apply(writes...)
+	if got := c.claim(owner, time.Now(), store.Claim{Namespace: "ns", TaskQueue: "claimed", ActivityType: "t", Workers: []uint64{1}}); len(got[0]) != 1 {
+		t.Fatalf("claimed %v", activityIDs(got[0]))
+	}
+	groups, err := c.s.ListWaitingGroups(c.ctx, "ns", time.Now())
+	want := []store.WaitingGroup{
+		{TaskQueue: "q", ActivityType: "t", Priority: 3, FairnessKey: "tenant-a", Count: 3, OldestReadyAt: old},
+		{TaskQueue: "q", ActivityType: "t", Priority: 1, FairnessKey: "", Count: 1, OldestReadyAt: old.Add(5 * time.Second)},
+		{TaskQueue: "q", ActivityType: "t", Priority: 3, FairnessKey: "tenant-b", Count: 1, OldestReadyAt: old},
+	}
+	if err != nil || len(groups) != len(want) {
+		t.Fatalf("waiting groups: %+v, %v; want %+v", groups, err, want)
+	}
+	for i := range want {
+		g := groups[i]
+		if g.TaskQueue != want[i].TaskQueue || g.ActivityType != want[i].ActivityType || g.Priority != want[i].Priority ||
+			g.FairnessKey != want[i].FairnessKey || g.Count != want[i].Count || !g.OldestReadyAt.Equal(want[i].OldestReadyAt) {
+			t.Fatalf("waiting group %d: %+v, want %+v", i, g, want[i])
+		}
 	}
 }

@@ -2214,6 +2214,76 @@ function showActivity(ns, id) {
   $("activities-panel").scrollIntoView({ block: "start" });
 }
 
+
+// ---------------------------------------------------------------- waiting work
+
+// The waiting panel counts a namespace's ready work by pool, type,
+// priority and fairness key (GET /api/v1/waiting), largest groups first,
+// with what a flow limit holds shown apart.
+const wait = { ns: "", req: 0 };
+
+function syncWaitingNamespaces() {
+  const names = syncNamespaceSelect($("wait-ns"), wait.ns);
+  if (!wait.ns && names.length) {
+    wait.ns = names[0];
+    loadWaiting();
+  }
+  $("wait-ns").value = wait.ns;
+}
+
+async function loadWaiting() {
+  const empty = $("waiting-empty");
+  if (!wait.ns) {
+    $("waiting-body").replaceChildren();
+    empty.textContent = state.namespaces.size ? "Pick a namespace." : "No namespace yet.";
+    empty.hidden = false;
+    return;
+  }
+  const req = ++wait.req;
+  let res;
+  try {
+    res = await api(`/api/v1/waiting?namespace=${encodeURIComponent(wait.ns)}`);
+  } catch (err) {
+    if (req !== wait.req) return;
+    $("wait-msg").textContent = err.message;
+    return;
+  }
+  if (req !== wait.req) return;
+  const groups = res.groups || [];
+  const now = Date.now();
+  let total = 0;
+  const rows = groups.map((g) => {
+    const n = Number(g.count || 0);
+    total += n;
+    const held = g.held_by ? `${g.held_by.replace(/_/g, " ")}${g.concurrency_key ? ` (${g.concurrency_key})` : ""}` : "—";
+    return h(
+      "tr",
+      { dataset: { kind: g.kind || "", priority: String(g.priority || 3), fairnessKey: g.fairness_key || "", heldBy: g.held_by || "" } },
+      h("td", { dataset: { col: "task_queue" } }, g.task_queue || "default"),
+      h("td", { dataset: { col: "kind" } }, (g.kind || "").replace(/_/g, " ")),
+      h("td", { className: "mono", dataset: { col: "type" } }, g.type || ""),
+      h("td", { className: "num", dataset: { col: "priority" } }, String(g.priority || 3)),
+      h("td", { className: "mono", dataset: { col: "fairness_key" } }, g.fairness_key || "(default)"),
+      h("td", { dataset: { col: "held_by" } }, held),
+      h("td", { className: "num", dataset: { col: "count" } }, fmt.count(n)),
+      h("td", { className: "num", dataset: { col: "oldest" }, title: g.oldest_ready_time || "" },
+        g.oldest_ready_time ? fmt.human(Math.max(0, (now - Date.parse(g.oldest_ready_time)) / 1000)) : "—"),
+    );
+  });
+  $("waiting-body").replaceChildren(...rows);
+  $("waiting-total").textContent = fmt.count(total);
+  const more = Number(res.truncated || 0);
+  empty.textContent = "Nothing waits: every ready activity and run has a worker.";
+  empty.hidden = groups.length > 0;
+  $("wait-msg").textContent = `updated ${fmt.clock(new Date().toISOString())}${more ? ` · ${more} smaller groups left out` : ""}`;
+}
+
+$("wait-ns").addEventListener("change", () => {
+  wait.ns = $("wait-ns").value;
+  loadWaiting();
+});
+$("waiting-filter").addEventListener("submit", (e) => e.preventDefault());
+
 // ---------------------------------------------------------------- render loop
 
 let frame = 0;
@@ -2233,6 +2303,7 @@ function render() {
     syncNamespaceOptions();
     syncWorkflowNamespaces();
     syncScheduleNamespaces();
+    syncWaitingNamespaces();
   }
   flushFeed();
   if (workersChanged) renderTotals();
@@ -2306,6 +2377,7 @@ function tick() {
     if (sch.ns) loadSchedules(true);
     if (sch.detail) loadSchedule();
   }
+  if ($("wait-live").checked && wait.ns) loadWaiting();
   namespacesTable.markAll();
   schedule();
 }

@@ -71,6 +71,20 @@ class DrainWorkerResponse(_message.Message):
     worker: Worker
     def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ...) -> None: ...
 
+class ListWaitingRequest(_message.Message):
+    __slots__ = ["namespace"]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class ListWaitingResponse(_message.Message):
+    __slots__ = ["groups", "truncated"]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[WaitingGroup]
+    truncated: int
+    def __init__(self, groups: _Optional[_Iterable[_Union[WaitingGroup, _Mapping]]] = ..., truncated: _Optional[int] = ...) -> None: ...
+
 class ListWorkersRequest(_message.Message):
     __slots__ = ["namespace"]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +164,28 @@ class ScheduleFired(_message.Message):
     run_id: str
     schedule_id: str
     def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., outcome: _Optional[_Union[_schedule_pb2.ScheduleActionOutcome, str]] = ..., origin: _Optional[str] = ..., nominal_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class WaitingGroup(_message.Message):
+    __slots__ = ["concurrency_key", "count", "fairness_key", "held_by", "kind", "oldest_ready_time", "priority", "task_queue", "type"]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_TIME_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    concurrency_key: str
+    count: int
+    fairness_key: str
+    held_by: str
+    kind: str
+    oldest_ready_time: _timestamp_pb2.Timestamp
+    priority: int
+    task_queue: str
+    type: str
+    def __init__(self, task_queue: _Optional[str] = ..., kind: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., held_by: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., count: _Optional[int] = ..., oldest_ready_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ["after_sequence"]

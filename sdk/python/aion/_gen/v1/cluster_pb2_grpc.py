@@ -30,6 +30,11 @@ class ClusterServiceStub(object):
                 request_serializer=aion_dot_v1_dot_cluster__pb2.WatchRequest.SerializeToString,
                 response_deserializer=aion_dot_v1_dot_cluster__pb2.ClusterEvent.FromString,
                 )
+        self.ListWaiting = channel.unary_unary(
+                '/aion.v1.ClusterService/ListWaiting',
+                request_serializer=aion_dot_v1_dot_cluster__pb2.ListWaitingRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_cluster__pb2.ListWaitingResponse.FromString,
+                )
 
 
 class ClusterServiceServicer(object):
@@ -57,6 +62,14 @@ class ClusterServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWaiting(self, request, context):
+        """ListWaiting counts a namespace's ready work waiting for a worker, by task queue, type,
+        priority and fairness key, with what a flow limit holds apart; the largest groups first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +87,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=aion_dot_v1_dot_cluster__pb2.WatchRequest.FromString,
                     response_serializer=aion_dot_v1_dot_cluster__pb2.ClusterEvent.SerializeToString,
+            ),
+            'ListWaiting': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWaiting,
+                    request_deserializer=aion_dot_v1_dot_cluster__pb2.ListWaitingRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_cluster__pb2.ListWaitingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,5 +152,22 @@ class ClusterService(object):
         return grpc.experimental.unary_stream(request, target, '/aion.v1.ClusterService/Watch',
             aion_dot_v1_dot_cluster__pb2.WatchRequest.SerializeToString,
             aion_dot_v1_dot_cluster__pb2.ClusterEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListWaiting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.ClusterService/ListWaiting',
+            aion_dot_v1_dot_cluster__pb2.ListWaitingRequest.SerializeToString,
+            aion_dot_v1_dot_cluster__pb2.ListWaitingResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
