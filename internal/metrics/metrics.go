@@ -6,8 +6,8 @@ package metrics
 import (
 	"context"
 	"net/http"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
