@@ -643,6 +643,22 @@ func TestNamespaceLimitsCommandsAndWhy(t *testing.T) {
 		t.Fatalf("why e-2 -o json: %+v", w)
 	}
 
+	// Where the two wait: held by their limits, apart from their queues.
+	out = r.ok(t, "namespace", "waiting", "billing")
+	for _, want := range []string{"TASK QUEUE", "concurrency_limit (acct-7)", "rate_limited", "sleep", "echo"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("namespace waiting does not say %q:\n%s", want, out)
+		}
+	}
+	type groupJSON struct {
+		Type   string `json:"type"`
+		HeldBy string `json:"held_by"`
+		Count  int    `json:"count"`
+	}
+	if gs := decode[[]groupJSON](t, r.ok(t, "namespace", "waiting", "billing", "-o", "json")); len(gs) != 2 {
+		t.Fatalf("namespace waiting -o json: %+v, want the two held activities", gs)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		says string
