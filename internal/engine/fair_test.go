@@ -108,6 +108,7 @@ func TestAKeysBacklogDoesNotStarveAnother(t *testing.T) {
 	if aStarts < 16+199 {
 		t.Fatalf("key a started %d while key b's 200 started, want at least %d: b took more than its share", aStarts, 16+199)
 	}
+	t.Logf("key b's 200 all started within %d starts (alone: 200; a's started %d meanwhile)", starts, aStarts)
 }
 
 // Keys of weights 3 and 1, both backlogged, share 4,000 starts 3:1 (within
@@ -130,9 +131,11 @@ func TestWeightsShareStartsInProportion(t *testing.T) {
 			heavy++
 		}
 	}
-	if ratio := float64(heavy) / float64(len(ids)-heavy); ratio < 2.7 || ratio > 3.3 {
+	ratio := float64(heavy) / float64(len(ids)-heavy)
+	if ratio < 2.7 || ratio > 3.3 {
 		t.Fatalf("heavy:light started %d:%d (%.2f), want 3:1 within 10%%", heavy, len(ids)-heavy, ratio)
 	}
+	t.Logf("heavy:light started %d:%d (%.3f)", heavy, len(ids)-heavy, ratio)
 }
 
 // Work without a key is one key, the default, sharing with the others.
