@@ -75,6 +75,7 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/tracing"
 	"github.com/aion-run/aion/worker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -140,6 +141,9 @@ type Options struct {
 	// Log receives the in-process server's log (and the workflow modes'
 	// SDK workers' log); nil discards it.
 	Log *slog.Logger
+	// Tracing is the in-process servers' OpenTelemetry tracing; the zero
+	// value is off. The command reads it from the OTEL_* environment.
+	Tracing tracing.Config
 
 	hooks hooks
 }
@@ -270,6 +274,10 @@ type Report struct {
 	Server         string  `json:"server"`
 	Servers        int     `json:"servers"`
 	SQLiteSync     string  `json:"sqlite_sync,omitempty"`
+	// Tracing is how the in-process servers exported spans ("otlp over
+	// grpc", say); empty when tracing was off or the server was not
+	// in-process.
+	Tracing string `json:"tracing,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
@@ -350,6 +358,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			cfg := server.Defaults()
 			cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", dir, o.SQLiteSync
 			cfg.Store = o.Store
+			cfg.Tracing = o.Tracing
 			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
 			cfg.DrainTimeout = 5 * time.Second
 			srv, err := server.New(ctx, cfg, o.Log)
@@ -363,6 +372,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			addrs = append(addrs, srv.GRPCAddr())
 		}
 		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync
+		if o.Tracing.Enabled() {
+			rep.Tracing = o.Tracing.Exporter + " over " + o.Tracing.Protocol
+		}
 		if o.Store != "" {
 			rep.Server, rep.SQLiteSync = fmt.Sprintf("%d in-process server(s) on postgres", o.Servers), ""
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/aion-run/aion/internal/bench"
+	"github.com/aion-run/aion/internal/tracing"
 )
 
 func (a *app) benchCommand() *cobra.Command {
@@ -98,8 +99,15 @@ end_to_end_ms is start-to-close. workflows is the workflows completed,
 workflows_planned those the run set out to start (N, or 1 with --fanout),
 workflows_per_sec is workflows / seconds; steps is K and fanout is M;
 step_gap_ms is the step gap and step_gaps the number of gaps it covers;
-timeout_seconds is --timeout (0 for none). Every latency (the fields ending
-in _ms) gives p50, p90, p99 and max in milliseconds.`,
+timeout_seconds is --timeout (0 for none); tracing says how the in-process
+servers exported spans, absent when they did not. Every latency (the fields
+ending in _ms) gives p50, p90, p99 and max in milliseconds.
+
+Tracing: the in-process servers trace as "aion server" does, from the OTEL_*
+environment (off unless OTEL_TRACES_EXPORTER=otlp; docs/operations.md,
+Tracing). The bench's own workers and schedulers send no trace context, so
+each activity is a trace of the server's spans: schedule, dispatch wait and
+result. With --address the target server's own settings apply.`,
 		Example: `  aion bench --activities 50000 --batch 100
   aion bench --activities 20000 --concurrency 64
   aion bench --rate 2000 --activities 20000 --json
@@ -115,6 +123,11 @@ in _ms) gives p50, p90, p99 and max in milliseconds.`,
 			if f := cmd.Flags().Lookup("address"); f.Changed || envSet(a.lookupEnv, "AION_ADDRESS") {
 				o.Address = a.address
 			}
+			tr, err := tracing.FromEnv(a.lookupEnv)
+			if err != nil {
+				return err
+			}
+			o.Tracing = tr
 			if !asJSON {
 				o.Progress = os.Stderr
 			}
@@ -178,6 +191,9 @@ func printReport(a *app, r bench.Report) {
 		return fmt.Sprintf("p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms", p.P50, p.P90, p.P99, p.Max)
 	}
 	fmt.Fprintf(w, "server:            %s\n", r.Server)
+	if r.Tracing != "" {
+		fmt.Fprintf(w, "tracing:           %s\n", r.Tracing)
+	}
 	fmt.Fprintf(w, "load:              %d workers x %d slots, ", r.Workers, r.Slots)
 	switch {
 	case r.Mode == bench.ModeFanout:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // Outcome is how a worker says an attempt ended: exactly one of Completed,
@@ -18,6 +19,9 @@ type Outcome struct {
 	Result    []byte
 	Canceled  bool
 	Failure   *store.Failure
+	// Trace is the trace context of the worker's own span for the
+	// attempt, for tracing; zero when it sent none.
+	Trace tracectx.Context
 }
 
 // Ack answers a worker about one result; refused is empty when the outcome
@@ -70,6 +74,10 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		return
 	}
 	now := e.now()
+	var traced func(time.Time, store.ActivityState, error)
+	if e.tracer != nil {
+		traced = e.tracer.Completing(&a.rec, w.ID(), out, now)
+	}
 	end := store.EndAttempt{Namespace: ns, ID: id, StartedAt: a.rec.StartedAt, HeartbeatDetails: a.rec.HeartbeatDetails}
 	switch {
 	case out.Completed:
@@ -109,6 +117,9 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		e.dispatchWorkerLocked(w)
 	}
 	e.settleLocked(a, end, func(err error) {
+		if traced != nil {
+			traced(e.now(), end.State, err)
+		}
 		if early {
 			e.endedLocked(a)
 		} else {

@@ -10,6 +10,8 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,7 +26,15 @@ func (a *activityService) Schedule(ctx context.Context, r *aionv1.ScheduleReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	var span trace.Span
+	if t := a.s.tracing; t != nil {
+		span = a.traceSchedule(t, &req)
+	}
 	rec, existing, err := a.s.eng.Schedule(ctx, a.s.caller(ctx), req)
+	if span != nil {
+		span.SetAttributes(attrActivityID.String(rec.ID), attrExisting.Bool(existing))
+		endSpan(span, err)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -48,8 +58,19 @@ func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleB
 		reqs = append(reqs, req)
 		index = append(index, i)
 	}
+	var spans []trace.Span
+	if t := a.s.tracing; t != nil {
+		spans = make([]trace.Span, len(reqs))
+		for j := range reqs {
+			spans[j] = a.traceSchedule(t, &reqs[j])
+		}
+	}
 	for j, res := range a.s.eng.ScheduleBatch(ctx, a.s.caller(ctx), reqs) {
 		i := index[j]
+		if spans != nil && spans[j] != nil {
+			spans[j].SetAttributes(attrActivityID.String(res.Activity.ID), attrExisting.Bool(res.Existing))
+			endSpan(spans[j], res.Err)
+		}
 		if res.Err != nil {
 			out.Results[i] = batchError(fmt.Errorf("requests[%d]: %w", i, res.Err))
 			continue
@@ -60,6 +81,19 @@ func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleB
 		}
 	}
 	return out, nil
+}
+
+// traceSchedule starts the span of scheduling req, child of the caller's
+// trace context, and gives req the span's context to keep instead; nil when
+// the caller's trace context is bad, which the engine refuses.
+func (a *activityService) traceSchedule(t *tracing.Tracing, req *engine.Request) trace.Span {
+	if req.Trace.Validate("") != nil {
+		return nil
+	}
+	var span trace.Span
+	span, req.Trace = startSpan(t, spanSchedule, req.Trace, attrNamespace.String(req.Namespace),
+		attrActivityType.String(req.ActivityType), attrTaskQueue.String(req.TaskQueue))
+	return span
 }
 
 func batchError(err error) *aionv1.ScheduleBatchResult {
