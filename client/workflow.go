@@ -205,10 +205,13 @@ func StartWorkflow[In any](ctx context.Context, c *Client, opts StartWorkflowOpt
 
 // StartWorkflowRaw starts a run with an already-encoded input.
 func (c *Client) StartWorkflowRaw(ctx context.Context, opts StartWorkflowOptions, input []byte) (*WorkflowHandle, error) {
+	ctx, tc, end := c.traceCall(ctx, "aion.StartWorkflow", callAttrs{namespace: opts.Namespace, typeKey: "aion.workflow.type", typ: opts.WorkflowType})
 	resp, err := c.workflows.Start(ctx, &aionv1.StartWorkflowRequest{Namespace: opts.Namespace, WorkflowId: opts.WorkflowID,
 		WorkflowType: opts.WorkflowType, TaskQueue: opts.TaskQueue, Input: input, IdReuse: aionv1.IDReusePolicy(opts.IDReuse + 1),
 		StartDelay: durationToProto(opts.StartDelay), StartTime: timeToProto(opts.StartAt), Priority: int32(opts.Priority),
-		FairnessKey: opts.FairnessKey, FairnessWeight: int32(opts.FairnessWeight), ConcurrencyKey: opts.ConcurrencyKey})
+		FairnessKey: opts.FairnessKey, FairnessWeight: int32(opts.FairnessWeight), ConcurrencyKey: opts.ConcurrencyKey,
+		TraceContext: tc})
+	end(err)
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("start workflow %s in %q", opts.WorkflowType, opts.Namespace), err)
 	}

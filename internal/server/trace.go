@@ -15,6 +15,7 @@ import (
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/tracectx"
 	"github.com/aion-run/aion/internal/tracing"
+	"github.com/aion-run/aion/internal/tracing/w3c"
 )
 
 // The server's span names and attribute keys (docs/operations.md, Tracing).
@@ -60,9 +61,9 @@ func traceContextToProto(c tracectx.Context) *aionv1.TraceContext {
 // work it starts keeps: the span's own. A trace context that does not
 // parse is left to the engine to refuse, and the span starts a new trace.
 func startSpan(t *tracing.Tracing, name string, parent tracectx.Context, attrs ...attribute.KeyValue) (trace.Span, tracectx.Context) {
-	ctx := tracing.Context(context.Background(), parent)
+	ctx := w3c.Context(context.Background(), parent)
 	_, span := t.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-	return span, tracing.Of(span.SpanContext())
+	return span, w3c.Of(span.SpanContext())
 }
 
 // endSpan ends span, recording err as its error status.
@@ -90,7 +91,7 @@ func (x engineTracer) Started(a *store.Activity, w registry.WorkerID, readyAt, s
 	if a.Trace.IsZero() {
 		return
 	}
-	ctx := tracing.Context(context.Background(), a.Trace)
+	ctx := w3c.Context(context.Background(), a.Trace)
 	_, span := x.t.Tracer().Start(ctx, spanDispatchWait, trace.WithTimestamp(readyAt),
 		trace.WithAttributes(append(activityAttrs(a), attrWorkerID.String(strconv.FormatUint(uint64(w), 10)))...))
 	span.End(trace.WithTimestamp(startedAt))
@@ -101,7 +102,7 @@ func (x engineTracer) Started(a *store.Activity, w registry.WorkerID, readyAt, s
 // trace context; it ends once the outcome is durable.
 func (x engineTracer) Completing(a *store.Activity, w registry.WorkerID, out engine.Outcome, now time.Time) func(time.Time, store.ActivityState, error) {
 	parent := out.Trace
-	if !tracing.SpanContext(parent).IsValid() {
+	if !w3c.SpanContext(parent).IsValid() {
 		parent = a.Trace
 	}
 	if parent.IsZero() {
@@ -114,14 +115,14 @@ func (x engineTracer) Completing(a *store.Activity, w registry.WorkerID, out eng
 	case out.Canceled:
 		outcome = "canceled"
 	}
-	ctx := tracing.Context(context.Background(), parent)
+	ctx := w3c.Context(context.Background(), parent)
 	_, span := x.t.Tracer().Start(ctx, spanResult, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(now),
 		trace.WithAttributes(append(activityAttrs(a), attrWorkerID.String(strconv.FormatUint(uint64(w), 10)),
 			attrOutcome.String(outcome))...))
 	if !a.Trace.IsZero() && parent != a.Trace {
 		// The worker's span is the parent; the activity's own context is
 		// linked, for a worker that started a trace of its own.
-		span.AddLink(trace.Link{SpanContext: tracing.SpanContext(a.Trace)})
+		span.AddLink(trace.Link{SpanContext: w3c.SpanContext(a.Trace)})
 	}
 	return func(at time.Time, state store.ActivityState, err error) {
 		span.SetAttributes(attrState.String(string(state)))
