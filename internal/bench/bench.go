@@ -62,6 +62,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -144,6 +145,10 @@ type Options struct {
 	// Tracing is the in-process servers' OpenTelemetry tracing; the zero
 	// value is off. The command reads it from the OTEL_* environment.
 	Tracing tracing.Config
+	// TraceSink turns the in-process servers' tracing on, exporting over
+	// OTLP/gRPC to a receiver in the bench's process that counts the spans
+	// and drops them (instead of Tracing's exporter).
+	TraceSink bool
 
 	hooks hooks
 }
@@ -278,6 +283,10 @@ type Report struct {
 	// grpc", say); empty when tracing was off or the server was not
 	// in-process.
 	Tracing string `json:"tracing,omitempty"`
+	// SpansExported is how many spans reached the bench's own trace sink
+	// (TraceSink), counted after the servers stopped; spans the servers'
+	// batch processors dropped (a full queue) are not among them.
+	SpansExported int64 `json:"spans_exported,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
@@ -330,6 +339,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--servers: %d in-process servers cannot be combined with --address", o.Servers)
 	case o.Servers > 1 && o.Store == "":
 		return fmt.Errorf("--servers: %d servers must share a PostgreSQL store; set --store postgres://…", o.Servers)
+	case o.TraceSink && o.Address != "":
+		return errors.New("--trace-sink: traces the in-process servers; it cannot be combined with --address")
 	}
 	return nil
 }
@@ -341,6 +352,25 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
+	if !o.TraceSink {
+		return run(ctx, o)
+	}
+	sink, err := startTraceSink()
+	if err != nil {
+		return Report{}, err
+	}
+	o.Tracing = tracing.Config{Exporter: tracing.ExporterOTLP, Protocol: tracing.ProtocolGRPC, Endpoint: sink.addr}
+	rep, err := run(ctx, o) // its servers have stopped, exporting what they held
+	sink.stop()
+	rep.SpansExported = sink.spans.Load()
+	if rep.Tracing != "" {
+		rep.Tracing += " to the bench's own sink"
+	}
+	return rep, err
+}
+
+// run is Run after the checks, with o.Tracing set for a trace sink.
+func run(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Mode: o.mode(), Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency,
 		Batch: o.Batch, Payload: o.Payload, Rate: o.Rate, TimeoutSeconds: o.Timeout.Seconds(), Server: o.Address}
 	if o.Rate > 0 || o.Fanout > 0 {

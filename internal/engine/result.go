@@ -74,7 +74,7 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		return
 	}
 	now := e.now()
-	var traced func(time.Time, store.ActivityState, error)
+	var traced func(time.Time, store.ActivityState, error) // nil unless tracing
 	if e.tracer != nil {
 		traced = e.tracer.Completing(&a.rec, w.ID(), out, now)
 	}
@@ -116,10 +116,7 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		e.reg.Release(w)
 		e.dispatchWorkerLocked(w)
 	}
-	e.settleLocked(a, end, func(err error) {
-		if traced != nil {
-			traced(e.now(), end.State, err)
-		}
+	onDurable := func(err error) {
 		if early {
 			e.endedLocked(a)
 		} else {
@@ -132,7 +129,17 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 			return
 		}
 		ack("")
-	})
+	}
+	if traced != nil {
+		// Wrapped only when tracing, so the untraced callback captures
+		// nothing more than it needs.
+		untraced, state := onDurable, end.State
+		onDurable = func(err error) {
+			traced(e.now(), state, err)
+			untraced(err)
+		}
+	}
+	e.settleLocked(a, end, onDurable)
 }
 
 // Heartbeat records progress of a running attempt. refused is set when the

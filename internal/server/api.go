@@ -32,8 +32,7 @@ func (a *activityService) Schedule(ctx context.Context, r *aionv1.ScheduleReques
 	}
 	rec, existing, err := a.s.eng.Schedule(ctx, a.s.caller(ctx), req)
 	if span != nil {
-		span.SetAttributes(attrActivityID.String(rec.ID), attrExisting.Bool(existing))
-		endSpan(span, err)
+		endSchedule(span, rec.ID, existing, err)
 	}
 	if err != nil {
 		return nil, toStatus(err)
@@ -68,8 +67,7 @@ func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleB
 	for j, res := range a.s.eng.ScheduleBatch(ctx, a.s.caller(ctx), reqs) {
 		i := index[j]
 		if spans != nil && spans[j] != nil {
-			spans[j].SetAttributes(attrActivityID.String(res.Activity.ID), attrExisting.Bool(res.Existing))
-			endSpan(spans[j], res.Err)
+			endSchedule(spans[j], res.Activity.ID, res.Existing, res.Err)
 		}
 		if res.Err != nil {
 			out.Results[i] = batchError(fmt.Errorf("requests[%d]: %w", i, res.Err))
@@ -94,6 +92,18 @@ func (a *activityService) traceSchedule(t *tracing.Tracing, req *engine.Request)
 	span, req.Trace = startSpan(t, spanSchedule, req.Trace, attrNamespace.String(req.Namespace),
 		attrActivityType.String(req.ActivityType), attrTaskQueue.String(req.TaskQueue))
 	return span
+}
+
+// endSchedule ends a schedule span with the activity's id, and whether an
+// identical request had scheduled it before.
+func endSchedule(span trace.Span, id string, existing bool, err error) {
+	if span.IsRecording() && id != "" {
+		span.SetAttributes(attrActivityID.String(id))
+		if existing {
+			span.SetAttributes(attrExisting.Bool(true))
+		}
+	}
+	endSpan(span, err)
 }
 
 func batchError(err error) *aionv1.ScheduleBatchResult {

@@ -7,16 +7,33 @@ import (
 	"testing"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/server"
 	"github.com/aion-run/aion/internal/servertest"
+	"github.com/aion-run/aion/internal/tracing"
+	"github.com/aion-run/aion/internal/tracing/otlptest"
 )
 
 // BenchmarkScheduleToResult measures the whole path of one activity through
 // a real server on loopback: its item of a ScheduleBatch of 100 made durable,
 // its dispatch to a worker stream, the worker's result made durable and its
 // ResultAck. Four goroutines schedule while one worker of 400 slots
-// completes every task at once; an iteration is one activity.
+// completes every task at once; an iteration is one activity. With tracing
+// off, and on: exporting its three spans (schedule, dispatch wait, result)
+// over OTLP/gRPC to a receiver in this process.
 func BenchmarkScheduleToResult(b *testing.B) {
-	srv := servertest.Start(b)
+	b.Run("tracing=off", func(b *testing.B) { benchScheduleToResult(b, false) })
+	b.Run("tracing=on", func(b *testing.B) { benchScheduleToResult(b, true) })
+}
+
+func benchScheduleToResult(b *testing.B, traced bool) {
+	var opts []servertest.Option
+	if traced {
+		rcv := otlptest.Start(b)
+		opts = append(opts, func(c *server.Config) {
+			c.Tracing = tracing.Config{Exporter: tracing.ExporterOTLP, Protocol: tracing.ProtocolGRPC, Endpoint: rcv.Addr}
+		})
+	}
+	srv := servertest.Start(b, opts...)
 	cc := srv.Dial(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -62,7 +62,10 @@ func traceContextToProto(c tracectx.Context) *aionv1.TraceContext {
 // parse is left to the engine to refuse, and the span starts a new trace.
 func startSpan(t *tracing.Tracing, name string, parent tracectx.Context, attrs ...attribute.KeyValue) (trace.Span, tracectx.Context) {
 	ctx := w3c.Context(context.Background(), parent)
-	_, span := t.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	_, span := t.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+	if span.IsRecording() {
+		span.SetAttributes(attrs...)
+	}
 	return span, w3c.Of(span.SpanContext())
 }
 
@@ -80,9 +83,12 @@ func endSpan(span trace.Span, err error) {
 // context (scheduled while tracing was off, or by a schedule) get none.
 type engineTracer struct{ t *tracing.Tracing }
 
-func activityAttrs(a *store.Activity) []attribute.KeyValue {
-	return []attribute.KeyValue{attrNamespace.String(a.Namespace), attrActivityID.String(a.ID),
-		attrActivityType.String(a.ActivityType), attrTaskQueue.String(a.TaskQueue), attrAttempt.Int(a.Attempt)}
+// attemptAttrs are what the engine's spans say of an attempt: less than
+// the schedule span, their ancestor, says of the activity (its type and
+// task queue), since every attribute is exported with every span.
+func attemptAttrs(a *store.Activity, w registry.WorkerID, more ...attribute.KeyValue) []attribute.KeyValue {
+	return append([]attribute.KeyValue{attrNamespace.String(a.Namespace), attrActivityID.String(a.ID), attrAttempt.Int(a.Attempt),
+		attrWorkerID.String(strconv.FormatUint(uint64(w), 10))}, more...)
 }
 
 // Started records the attempt's dispatch wait, from when it became ready
@@ -92,8 +98,10 @@ func (x engineTracer) Started(a *store.Activity, w registry.WorkerID, readyAt, s
 		return
 	}
 	ctx := w3c.Context(context.Background(), a.Trace)
-	_, span := x.t.Tracer().Start(ctx, spanDispatchWait, trace.WithTimestamp(readyAt),
-		trace.WithAttributes(append(activityAttrs(a), attrWorkerID.String(strconv.FormatUint(uint64(w), 10)))...))
+	_, span := x.t.Tracer().Start(ctx, spanDispatchWait, trace.WithTimestamp(readyAt))
+	if span.IsRecording() { // attributes are built only for a span the sampler kept
+		span.SetAttributes(attemptAttrs(a, w)...)
+	}
 	span.End(trace.WithTimestamp(startedAt))
 }
 
@@ -116,9 +124,11 @@ func (x engineTracer) Completing(a *store.Activity, w registry.WorkerID, out eng
 		outcome = "canceled"
 	}
 	ctx := w3c.Context(context.Background(), parent)
-	_, span := x.t.Tracer().Start(ctx, spanResult, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(now),
-		trace.WithAttributes(append(activityAttrs(a), attrWorkerID.String(strconv.FormatUint(uint64(w), 10)),
-			attrOutcome.String(outcome))...))
+	_, span := x.t.Tracer().Start(ctx, spanResult, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(now))
+	if !span.IsRecording() {
+		return func(at time.Time, _ store.ActivityState, _ error) { span.End(trace.WithTimestamp(at)) }
+	}
+	span.SetAttributes(attemptAttrs(a, w, attrOutcome.String(outcome))...)
 	if !a.Trace.IsZero() && parent != a.Trace {
 		// The worker's span is the parent; the activity's own context is
 		// linked, for a worker that started a trace of its own.
