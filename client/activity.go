@@ -143,7 +143,11 @@ func Schedule[In any](ctx context.Context, c *Client, opts ScheduleOptions, inpu
 // ScheduleRaw schedules an activity with an already-encoded payload, which
 // the server treats as opaque bytes.
 func (c *Client) ScheduleRaw(ctx context.Context, opts ScheduleOptions, payload []byte) (*Handle, error) {
-	resp, err := c.activities.Schedule(ctx, opts.toProto(payload))
+	req := opts.toProto(payload)
+	ctx, tc, end := c.traceCall(ctx, "aion.Schedule", callAttrs{namespace: opts.Namespace, typeKey: "aion.activity.type", typ: opts.ActivityType})
+	req.TraceContext = tc
+	resp, err := c.activities.Schedule(ctx, req)
+	end(err)
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("schedule %s in %q", opts.ActivityType, opts.Namespace), err)
 	}
@@ -184,10 +188,13 @@ type BatchResult struct {
 // authentication); item errors are in the results.
 func (c *Client) ScheduleBatch(ctx context.Context, reqs []ScheduleRequest) ([]BatchResult, error) {
 	in := &aionv1.ScheduleBatchRequest{Requests: make([]*aionv1.ScheduleRequest, len(reqs))}
+	ctx, tc, end := c.traceCall(ctx, "aion.ScheduleBatch", callAttrs{batch: len(reqs)})
 	for i, r := range reqs {
 		in.Requests[i] = r.Options.toProto(r.Payload)
+		in.Requests[i].TraceContext = tc
 	}
 	resp, err := c.activities.ScheduleBatch(ctx, in)
+	end(err)
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("schedule batch of %d", len(reqs)), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
@@ -21,14 +22,29 @@ type Client struct {
 	namespaces aionv1.NamespaceServiceClient
 	cluster    aionv1.ClusterServiceClient
 	schedules  aionv1.ScheduleServiceClient
+	// tracer makes the client's spans; nil without WithTracerProvider.
+	tracer trace.Tracer
 }
 
-// Option configures Dial.
+// Option configures Dial (and New: WithTracerProvider only).
 type Option func(*options)
 
 type options struct {
 	token       string
 	dialOptions []grpc.DialOption
+	tracer      trace.TracerProvider
+}
+
+// WithTracerProvider makes a span, of kind client, for each call that
+// starts work, Schedule ("aion.Schedule"), ScheduleBatch
+// ("aion.ScheduleBatch") and StartWorkflow ("aion.StartWorkflow"), child of
+// the span in the call's context, and sends the span's W3C trace context
+// with the request: the server's spans, the worker's and those of the
+// activity's handler join its trace. Without it no span is made, and those
+// calls send the trace context of the span in their context, if any, as it
+// is.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
 }
 
 // WithToken sends "authorization: Bearer <token>" metadata on every call.
@@ -69,22 +85,35 @@ func Dial(ctx context.Context, address string, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, fmt.Errorf("aion client: dial %s: %w", address, err)
 	}
-	c := New(conn)
+	c := newClient(conn, o)
 	c.conn = conn
 	return c, nil
 }
 
 // New returns a client that uses an existing connection (for example one
 // shared with other services, or an in-memory connection in tests). Close
-// does not close a connection passed to New.
-func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{
+// does not close a connection passed to New. Of the options only
+// WithTracerProvider applies: the connection's own settings stand.
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newClient(conn, o)
+}
+
+func newClient(conn grpc.ClientConnInterface, o options) *Client {
+	c := &Client{
 		activities: aionv1.NewActivityServiceClient(conn),
 		workflows:  aionv1.NewWorkflowServiceClient(conn),
 		namespaces: aionv1.NewNamespaceServiceClient(conn),
 		cluster:    aionv1.NewClusterServiceClient(conn),
 		schedules:  aionv1.NewScheduleServiceClient(conn),
 	}
+	if o.tracer != nil {
+		c.tracer = o.tracer.Tracer("github.com/aion-run/aion/client")
+	}
+	return c
 }
 
 // Close releases the connection Dial opened. Calls in flight fail with

@@ -279,6 +279,9 @@ type Activity struct {
 	// time) that scheduled the activity; empty and zero otherwise.
 	ScheduleID   string
 	ScheduleTime time.Time
+	// TraceParent and TraceState are the W3C trace context the activity's
+	// spans join (see WithTracerProvider); empty when it has none.
+	TraceParent, TraceState string
 
 	// Attempts holds every attempt so far, oldest first.
 	Attempts []Attempt
@@ -329,6 +332,8 @@ type activityJSON struct {
 	ConcurrencyKey         string          `json:"concurrency_key,omitempty"`
 	ScheduleID             string          `json:"schedule_id,omitempty"`
 	ScheduleTime           *time.Time      `json:"schedule_time,omitempty"`
+	TraceParent            string          `json:"traceparent,omitempty"`
+	TraceState             string          `json:"tracestate,omitempty"`
 	Attempts               []attemptJSON   `json:"attempts,omitempty"`
 	LastHeartbeatDetails   Payload         `json:"last_heartbeat_details,omitempty"`
 }
@@ -382,6 +387,8 @@ func (a *Activity) MarshalJSON() ([]byte, error) {
 		ConcurrencyKey:       a.ConcurrencyKey,
 		ScheduleID:           a.ScheduleID,
 		ScheduleTime:         timePtr(a.ScheduleTime),
+		TraceParent:          a.TraceParent,
+		TraceState:           a.TraceState,
 		LastHeartbeatDetails: a.LastHeartbeatDetails,
 	}
 	for _, at := range a.Attempts {
@@ -441,6 +448,8 @@ func activityFromProto(p *aionv1.Activity) *Activity {
 		ScheduleTime:           timeFromProto(p.GetScheduleTime()),
 		LastHeartbeatDetails:   Payload(p.GetLastHeartbeatDetails()),
 		PayloadSize:            p.GetPayloadSize(),
+		TraceParent:            p.GetTraceContext().GetTraceparent(),
+		TraceState:             p.GetTraceContext().GetTracestate(),
 	}
 	for _, at := range p.GetAttempts() {
 		a.Attempts = append(a.Attempts, Attempt{

@@ -97,6 +97,10 @@ type Run struct {
 	// time) that started the run; empty and zero otherwise.
 	ScheduleID   string    `json:"schedule_id,omitempty"`
 	ScheduleTime time.Time `json:"schedule_time,omitzero"`
+	// TraceParent and TraceState are the W3C trace context the run's spans
+	// and its steps' activities join; empty when it has none.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// PendingSteps are the steps the run waits on (Get only).
 	PendingSteps []PendingStep `json:"pending_steps,omitempty"`
 }
@@ -129,6 +133,7 @@ func runFromProto(p *aionv1.Run) *Run {
 		ParentWorkflowID: p.GetParentWorkflowId(), ParentRunID: p.GetParentRunId(), NextRunID: p.GetNextRunId(),
 		Priority: int(p.GetPriority()), FairnessKey: p.GetFairnessKey(), FairnessWeight: int(p.GetFairnessWeight()),
 		ConcurrencyKey: p.GetConcurrencyKey(), ScheduleID: p.GetScheduleId(), ScheduleTime: timeFromProto(p.GetScheduleTime()),
+		TraceParent: p.GetTraceContext().GetTraceparent(), TraceState: p.GetTraceContext().GetTracestate(),
 	}
 	for _, s := range p.GetPendingSteps() {
 		r.PendingSteps = append(r.PendingSteps, PendingStep{Step: s.GetStep(),
@@ -205,10 +210,13 @@ func StartWorkflow[In any](ctx context.Context, c *Client, opts StartWorkflowOpt
 
 // StartWorkflowRaw starts a run with an already-encoded input.
 func (c *Client) StartWorkflowRaw(ctx context.Context, opts StartWorkflowOptions, input []byte) (*WorkflowHandle, error) {
+	ctx, tc, end := c.traceCall(ctx, "aion.StartWorkflow", callAttrs{namespace: opts.Namespace, typeKey: "aion.workflow.type", typ: opts.WorkflowType})
 	resp, err := c.workflows.Start(ctx, &aionv1.StartWorkflowRequest{Namespace: opts.Namespace, WorkflowId: opts.WorkflowID,
 		WorkflowType: opts.WorkflowType, TaskQueue: opts.TaskQueue, Input: input, IdReuse: aionv1.IDReusePolicy(opts.IDReuse + 1),
 		StartDelay: durationToProto(opts.StartDelay), StartTime: timeToProto(opts.StartAt), Priority: int32(opts.Priority),
-		FairnessKey: opts.FairnessKey, FairnessWeight: int32(opts.FairnessWeight), ConcurrencyKey: opts.ConcurrencyKey})
+		FairnessKey: opts.FairnessKey, FairnessWeight: int32(opts.FairnessWeight), ConcurrencyKey: opts.ConcurrencyKey,
+		TraceContext: tc})
+	end(err)
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("start workflow %s in %q", opts.WorkflowType, opts.Namespace), err)
 	}

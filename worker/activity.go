@@ -7,7 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/tracectx"
+	"github.com/aion-run/aion/internal/tracing/w3c"
 )
 
 // ActivityInfo describes the attempt a handler is running.
@@ -37,6 +43,12 @@ type ActivityInfo struct {
 	WorkflowID string
 	RunID      string
 	Step       int64
+	// TraceParent and TraceState are the W3C trace context the activity
+	// carries (its scheduler's, or the server's schedule span when the
+	// server traces); empty when it has none. The handler's context
+	// already carries it as its span's parent (see Options.TracerProvider).
+	TraceParent string
+	TraceState  string
 }
 
 type ctxKey struct{}
@@ -126,6 +138,11 @@ type attempt struct {
 	hasPending bool
 	hbTimer    *time.Timer
 	done       bool
+
+	// span is the attempt's span, nil unless the worker traces;
+	// spanContext names it, for the result.
+	span        trace.Span
+	spanContext *aionv1.TraceContext
 }
 
 func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
@@ -148,6 +165,8 @@ func newAttempt(w *Worker, t *aionv1.ActivityTask, workerID uint64) *attempt {
 			WorkflowID:          t.GetWorkflowId(),
 			RunID:               t.GetRunId(),
 			Step:                t.GetStep(),
+			TraceParent:         t.GetTraceContext().GetTraceparent(),
+			TraceState:          t.GetTraceContext().GetTracestate(),
 		},
 	}
 	if t.GetScheduledTime() != nil {
@@ -229,4 +248,48 @@ func (a *attempt) finish() {
 	a.hbTimer = nil
 	a.hbPending = nil
 	a.hbMu.Unlock()
+}
+
+// instrumentationName names the tracer of the worker's spans.
+const instrumentationName = "github.com/aion-run/aion/worker"
+
+// traceAttempt returns the handler's context for attempt a, whose task
+// carries trace context tc (zero for none): with a tracer, holding a new
+// span for the attempt, child of tc; without one, holding tc as its remote
+// parent.
+func (w *Worker) traceAttempt(ctx context.Context, a *attempt, tc tracectx.Context) context.Context {
+	ctx = w3c.Context(ctx, tc)
+	if w.tracer == nil {
+		return ctx
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("aion.namespace", a.info.Namespace),
+		attribute.String("aion.activity.id", a.info.ActivityID),
+		attribute.String("aion.activity.type", a.info.ActivityType),
+		attribute.String("aion.task_queue", a.info.TaskQueue),
+		attribute.Int("aion.attempt", int(a.info.Attempt)),
+	}
+	if a.info.WorkflowID != "" {
+		attrs = append(attrs, attribute.String("aion.workflow.id", a.info.WorkflowID), attribute.String("aion.run.id", a.info.RunID),
+			attribute.Int64("aion.step", a.info.Step))
+	}
+	ctx, a.span = w.tracer.Start(ctx, "aion.attempt", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	if c := w3c.Of(a.span.SpanContext()); !c.IsZero() {
+		a.spanContext = &aionv1.TraceContext{Traceparent: c.Parent, Tracestate: c.State}
+	}
+	return ctx
+}
+
+// endAttemptSpan ends an attempt's span with its outcome.
+func endAttemptSpan(span trace.Span, res *aionv1.ActivityResult) {
+	switch o := res.GetOutcome().(type) {
+	case *aionv1.ActivityResult_Completed:
+		span.SetAttributes(attribute.String("aion.outcome", "completed"))
+	case *aionv1.ActivityResult_Canceled:
+		span.SetAttributes(attribute.String("aion.outcome", "canceled"))
+	case *aionv1.ActivityResult_Failed:
+		span.SetAttributes(attribute.String("aion.outcome", "failed"), attribute.String("aion.failure.type", o.Failed.GetType()))
+		span.SetStatus(codes.Error, o.Failed.GetMessage())
+	}
+	span.End()
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
@@ -19,6 +20,7 @@ import (
 	ivwire "github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/target"
+	"github.com/aion-run/aion/internal/tracectx"
 	"github.com/aion-run/aion/workflow"
 )
 
@@ -118,6 +120,16 @@ type Options struct {
 	// means workflow.DefaultCacheSize, negative keeps none.
 	WorkflowCacheSize int
 
+	// TracerProvider, when set, makes a span for each attempt, "aion.attempt"
+	// (kind consumer), child of the trace context the task carries (or a
+	// new trace when it carries none); the handler's context holds the
+	// span, so spans the handler starts are its children, and the span's
+	// context goes back with the result so the server's span for recording
+	// it is a child too. Nil makes no spans: the handler's context then
+	// still carries the task's trace context as its remote parent, so a
+	// handler that traces on its own joins the trace.
+	TracerProvider trace.TracerProvider
+
 	// ExitOnDrain makes Run return nil once it has finished a server's
 	// DrainRequest. By default the worker reconnects (with backoff) after a
 	// drain: a DrainRequest usually means the server is shutting down for a
@@ -146,6 +158,7 @@ type Worker struct {
 	address  string
 	opts     Options
 	log      *slog.Logger
+	tracer   trace.Tracer // nil without Options.TracerProvider
 	register *aionv1.Register
 	caps     map[Capability]bool // advertised
 	// ackGrace bounds the wait for ResultAcks after a stop; a variable so
@@ -266,7 +279,12 @@ func New(address string, opts Options) (*Worker, error) {
 		}
 		caps[c] = true
 	}
+	var tracer trace.Tracer
+	if opts.TracerProvider != nil {
+		tracer = opts.TracerProvider.Tracer(instrumentationName, trace.WithInstrumentationVersion(SDKVersion))
+	}
 	return &Worker{
+		tracer:          tracer,
 		address:         address,
 		opts:            opts,
 		log:             opts.Logger,
@@ -426,6 +444,9 @@ func (w *Worker) startAttempt(t *aionv1.ActivityTask) {
 	h := w.handlers[t.GetActivityType()]
 	ctx, cancel := context.WithCancelCause(w.handlerCtx)
 	ctx = context.WithValue(ctx, ctxKey{}, a)
+	if tc := t.GetTraceContext(); tc != nil || w.tracer != nil {
+		ctx = w.traceAttempt(ctx, a, tracectx.Context{Parent: tc.GetTraceparent(), State: tc.GetTracestate()})
+	}
 	a.cancel = cancel
 	w.running[a.key] = a
 	w.tasks.Add(1)
@@ -470,6 +491,10 @@ func (w *Worker) runAttempt(ctx context.Context, a *attempt, h handlerFunc, payl
 		w.log.Warn("aion worker: interventions the handler did not acknowledge were declined", "activity", a.key.String(), "declined", n)
 	}
 	res := buildResult(ctx, a.key, out, err)
+	if a.span != nil {
+		endAttemptSpan(a.span, res)
+		res.TraceContext = a.spanContext
+	}
 	w.log.Debug("aion worker: attempt finished", "activity", a.key.String(), "type", a.info.ActivityType,
 		"outcome", outcomeName(res), "duration", time.Since(start))
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -31,25 +30,12 @@ func interpreter() string {
 // or its packages the test is skipped, except under CI=true, where it fails: CI installs them
 // (.ci/run) and a missing one must not pass unnoticed.
 func TestPythonSDK(t *testing.T) {
-	py := interpreter()
-	if out, err := osexec.Command(py, "-c", "import grpc, google.protobuf, pytest").CombinedOutput(); err != nil {
-		msg := "the Python SDK's tests need " + py + " with " + packages +
-			" (apt-get install -y " + packages + "): " + strings.TrimSpace(string(out)) + " " + err.Error()
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	py := needPython(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary := filepath.Join(t.TempDir(), "aion")
-	build := osexec.Command("go", "build", "-race", "-o", binary, "./cmd/aion")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build aion: %v\n%s", err, out)
-	}
+	binary := aionBinary(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

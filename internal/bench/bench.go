@@ -62,6 +62,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,7 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/tracing"
 	"github.com/aion-run/aion/worker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -140,6 +142,13 @@ type Options struct {
 	// Log receives the in-process server's log (and the workflow modes'
 	// SDK workers' log); nil discards it.
 	Log *slog.Logger
+	// Tracing is the in-process servers' OpenTelemetry tracing; the zero
+	// value is off. The command reads it from the OTEL_* environment.
+	Tracing tracing.Config
+	// TraceSink turns the in-process servers' tracing on, exporting over
+	// OTLP/gRPC to a receiver in the bench's process that counts the spans
+	// and drops them (instead of Tracing's exporter).
+	TraceSink bool
 
 	hooks hooks
 }
@@ -270,6 +279,14 @@ type Report struct {
 	Server         string  `json:"server"`
 	Servers        int     `json:"servers"`
 	SQLiteSync     string  `json:"sqlite_sync,omitempty"`
+	// Tracing is how the in-process servers exported spans ("otlp over
+	// grpc", say); empty when tracing was off or the server was not
+	// in-process.
+	Tracing string `json:"tracing,omitempty"`
+	// SpansExported is how many spans reached the bench's own trace sink
+	// (TraceSink), counted after the servers stopped; spans the servers'
+	// batch processors dropped (a full queue) are not among them.
+	SpansExported int64 `json:"spans_exported,omitempty"`
 }
 
 // Defaults returns the options of a plain `aion bench`.
@@ -322,6 +339,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--servers: %d in-process servers cannot be combined with --address", o.Servers)
 	case o.Servers > 1 && o.Store == "":
 		return fmt.Errorf("--servers: %d servers must share a PostgreSQL store; set --store postgres://…", o.Servers)
+	case o.TraceSink && o.Address != "":
+		return errors.New("--trace-sink: traces the in-process servers; it cannot be combined with --address")
 	}
 	return nil
 }
@@ -333,6 +352,25 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
+	if !o.TraceSink {
+		return run(ctx, o)
+	}
+	sink, err := startTraceSink()
+	if err != nil {
+		return Report{}, err
+	}
+	o.Tracing = tracing.Config{Exporter: tracing.ExporterOTLP, Protocol: tracing.ProtocolGRPC, Endpoint: sink.addr}
+	rep, err := run(ctx, o) // its servers have stopped, exporting what they held
+	sink.stop()
+	rep.SpansExported = sink.spans.Load()
+	if rep.Tracing != "" {
+		rep.Tracing += " to the bench's own sink"
+	}
+	return rep, err
+}
+
+// run is Run after the checks, with o.Tracing set for a trace sink.
+func run(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Mode: o.mode(), Workers: o.Workers, Slots: o.Slots, Concurrency: o.Concurrency,
 		Batch: o.Batch, Payload: o.Payload, Rate: o.Rate, TimeoutSeconds: o.Timeout.Seconds(), Server: o.Address}
 	if o.Rate > 0 || o.Fanout > 0 {
@@ -350,6 +388,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			cfg := server.Defaults()
 			cfg.GRPCAddr, cfg.HTTPAddr, cfg.DataDir, cfg.SQLiteSync = "127.0.0.1:0", "127.0.0.1:0", dir, o.SQLiteSync
 			cfg.Store = o.Store
+			cfg.Tracing = o.Tracing
 			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
 			cfg.DrainTimeout = 5 * time.Second
 			srv, err := server.New(ctx, cfg, o.Log)
@@ -363,6 +402,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			addrs = append(addrs, srv.GRPCAddr())
 		}
 		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync
+		if o.Tracing.Enabled() {
+			rep.Tracing = o.Tracing.Exporter + " over " + o.Tracing.Protocol
+		}
 		if o.Store != "" {
 			rep.Server, rep.SQLiteSync = fmt.Sprintf("%d in-process server(s) on postgres", o.Servers), ""
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/aion-run/aion/internal/bench"
+	"github.com/aion-run/aion/internal/tracing"
 )
 
 func (a *app) benchCommand() *cobra.Command {
@@ -98,15 +99,28 @@ end_to_end_ms is start-to-close. workflows is the workflows completed,
 workflows_planned those the run set out to start (N, or 1 with --fanout),
 workflows_per_sec is workflows / seconds; steps is K and fanout is M;
 step_gap_ms is the step gap and step_gaps the number of gaps it covers;
-timeout_seconds is --timeout (0 for none). Every latency (the fields ending
-in _ms) gives p50, p90, p99 and max in milliseconds.`,
+timeout_seconds is --timeout (0 for none); tracing says how the in-process
+servers exported spans, absent when they did not, and spans_exported how
+many reached --trace-sink. Every latency (the fields ending in _ms) gives
+p50, p90, p99 and max in milliseconds.
+
+Tracing: the in-process servers trace as "aion server" does, from the OTEL_*
+environment (off unless OTEL_TRACES_EXPORTER=otlp; docs/operations.md,
+Tracing), to whatever collector that names. --trace-sink instead exports
+over OTLP/gRPC to a receiver in the bench's process that counts the spans and
+drops them, to measure tracing's cost without a collector. The bench's own
+workers and schedulers send no trace context, so each activity is a trace of
+the server's spans: schedule, dispatch wait and result. With --address the
+target server's own settings apply.`,
 		Example: `  aion bench --activities 50000 --batch 100
   aion bench --activities 20000 --concurrency 64
   aion bench --rate 2000 --activities 20000 --json
   aion bench --address 127.0.0.1:50051 --namespace bench
   aion bench --workflows 2000 --steps 5 --concurrency 32
   aion bench --workflows 5000 --steps 3 --rate 200 --json
-  aion bench --fanout 5000 --timeout 2m`,
+  aion bench --fanout 5000 --timeout 2m
+  aion bench --activities 100000 --batch 100 --trace-sink
+  OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 aion bench --activities 100000 --batch 100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkBenchFlags(cmd, o); err != nil {
@@ -115,6 +129,11 @@ in _ms) gives p50, p90, p99 and max in milliseconds.`,
 			if f := cmd.Flags().Lookup("address"); f.Changed || envSet(a.lookupEnv, "AION_ADDRESS") {
 				o.Address = a.address
 			}
+			tr, err := tracing.FromEnv(a.lookupEnv)
+			if err != nil {
+				return err
+			}
+			o.Tracing = tr
 			if !asJSON {
 				o.Progress = os.Stderr
 			}
@@ -150,6 +169,7 @@ in _ms) gives p50, p90, p99 and max in milliseconds.`,
 	f.StringVar(&o.SQLiteSync, "sqlite-sync", o.SQLiteSync, "synchronous mode of the in-process server: full or normal")
 	f.StringVar(&o.Store, "store", "", "store of the in-process server: empty for SQLite, or a postgres:// URL")
 	f.IntVar(&o.Servers, "servers", o.Servers, "in-process servers sharing --store (a cluster; more than one needs PostgreSQL); workers and schedulers are spread over them")
+	f.BoolVar(&o.TraceSink, "trace-sink", false, "trace the in-process servers, exporting over OTLP/gRPC to a receiver in this process that counts and drops the spans: tracing's cost without a collector")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return cmd
 }
@@ -178,6 +198,13 @@ func printReport(a *app, r bench.Report) {
 		return fmt.Sprintf("p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms", p.P50, p.P90, p.P99, p.Max)
 	}
 	fmt.Fprintf(w, "server:            %s\n", r.Server)
+	if r.Tracing != "" {
+		fmt.Fprintf(w, "tracing:           %s", r.Tracing)
+		if r.SpansExported > 0 {
+			fmt.Fprintf(w, ", %d spans received", r.SpansExported)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "load:              %d workers x %d slots, ", r.Workers, r.Slots)
 	switch {
 	case r.Mode == bench.ModeFanout:

@@ -14,6 +14,7 @@ import (
 	"github.com/aion-run/aion/internal/auth"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/tracing"
 )
 
 // serverRunner runs a server until ctx ends.
@@ -208,12 +209,15 @@ refused as by 'aion server' (see --accept-data-loss).`
 		if err != nil {
 			return err
 		}
+		if cfg.Tracing, err = tracing.FromEnv(a.lookupEnv); err != nil {
+			return err
+		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		log := a.logger()
 		log.Info("aion starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "data_dir", cfg.DataDir,
 			"auto_create", cfg.AutoCreate, "sqlite_sync", cfg.SQLiteSync, "drain_timeout", cfg.DrainTimeout,
-			"heartbeat_window", cfg.HeartbeatWindow, "dev", cfg.Dev)
+			"heartbeat_window", cfg.HeartbeatWindow, "dev", cfg.Dev, "tracing", cfg.Tracing.Enabled())
 		if cfg.Auth.Mode == "jwt" && (cfg.Auth.JWTIssuer == "" || cfg.Auth.JWTAudience == "") {
 			log.Warn("--auth jwt without --jwt-issuer and --jwt-audience: any token the key signs is accepted, "+
 				"including one the identity provider issued for another service", "jwt_issuer", cfg.Auth.JWTIssuer, "jwt_audience", cfg.Auth.JWTAudience)

@@ -295,6 +295,9 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 	a.attemptStartedAt = now
 	a.lastHeartbeat = now
 	e.obs.Started(a.rec.Namespace, now.Sub(a.readyAt))
+	if e.tracer != nil {
+		e.tracer.Started(&a.rec, w.ID(), a.readyAt, now)
+	}
 	k := a.key()
 	m := e.inflight[w.ID()]
 	if m == nil {
@@ -327,6 +330,7 @@ func (e *Engine) startLocked(a *activity, w *registry.Worker) {
 		Heartbeat:        t.Heartbeat,
 		Deadline:         e.attemptDeadline(a, now),
 		HeartbeatDetails: a.rec.HeartbeatDetails,
+		Trace:            a.rec.Trace,
 	}
 	if s := a.step; s != nil {
 		task.WorkflowID, task.RunID, task.Step = s.workflowID, s.run.id, s.n

@@ -23,6 +23,7 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // Errors callers branch on; each returned error wraps one and names the field
@@ -114,6 +115,9 @@ type Config struct {
 	// Cluster, when set, makes the engine one server of a cluster sharing
 	// the store; nil runs it alone, holding all open work in memory.
 	Cluster *ClusterConfig
+	// Tracer is told of the moments tracing makes spans of; nil (tracing
+	// off) for none.
+	Tracer Tracer
 }
 
 // Observer is told about activity lifecycle steps. Its methods run under the
@@ -164,6 +168,8 @@ type Task struct {
 	// empty for an activity scheduled on its own.
 	WorkflowID, RunID string
 	Step              int64
+	// Trace is the activity's trace context; zero for none.
+	Trace tracectx.Context
 }
 
 // Conn is how the engine reaches a worker; a worker's registry Delivery must
@@ -190,6 +196,7 @@ type Engine struct {
 	log        *slog.Logger
 	clock      clock.Clock
 	obs        Observer
+	tracer     Tracer
 	maxPending int
 	maxRunning int
 	// maxPendingBytes and maxListBytes are the byte caps of Config.
@@ -303,6 +310,7 @@ func New(cfg Config) *Engine {
 		log:        cfg.Log,
 		clock:      cfg.Clock,
 		obs:        cfg.Observer,
+		tracer:     cfg.Tracer,
 		maxPending: cfg.MaxPendingPerNamespace,
 		maxRunning: cfg.MaxInFlightPerNamespace,
 		pending:    make(map[string]int),

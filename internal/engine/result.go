@@ -9,6 +9,7 @@ import (
 
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // Outcome is how a worker says an attempt ended: exactly one of Completed,
@@ -18,6 +19,9 @@ type Outcome struct {
 	Result    []byte
 	Canceled  bool
 	Failure   *store.Failure
+	// Trace is the trace context of the worker's own span for the
+	// attempt, for tracing; zero when it sent none.
+	Trace tracectx.Context
 }
 
 // Ack answers a worker about one result; refused is empty when the outcome
@@ -70,6 +74,10 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		return
 	}
 	now := e.now()
+	var traced func(time.Time, store.ActivityState, error) // nil unless tracing
+	if e.tracer != nil {
+		traced = e.tracer.Completing(&a.rec, w.ID(), out, now)
+	}
 	end := store.EndAttempt{Namespace: ns, ID: id, StartedAt: a.rec.StartedAt, HeartbeatDetails: a.rec.HeartbeatDetails}
 	switch {
 	case out.Completed:
@@ -108,7 +116,7 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 		e.reg.Release(w)
 		e.dispatchWorkerLocked(w)
 	}
-	e.settleLocked(a, end, func(err error) {
+	onDurable := func(err error) {
 		if early {
 			e.endedLocked(a)
 		} else {
@@ -121,7 +129,17 @@ func (e *Engine) Complete(w *registry.Worker, ns, id string, attempt int, out Ou
 			return
 		}
 		ack("")
-	})
+	}
+	if traced != nil {
+		// Wrapped only when tracing, so the untraced callback captures
+		// nothing more than it needs.
+		untraced, state := onDurable, end.State
+		onDurable = func(err error) {
+			traced(e.now(), state, err)
+			untraced(err)
+		}
+	}
+	e.settleLocked(a, end, onDurable)
 }
 
 // Heartbeat records progress of a running attempt. refused is set when the

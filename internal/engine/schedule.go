@@ -15,6 +15,7 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // Request asks for one activity to be scheduled. Zero timeouts and retry
@@ -40,6 +41,10 @@ type Request struct {
 	// Origin names the schedule tick that asks for the activity; only the
 	// scheduler sets it.
 	Origin store.ScheduleOrigin
+	// Trace is the trace context the activity's spans join; zero for none.
+	// It is kept with the activity and handed to the worker with each
+	// attempt, and is no part of the fingerprint.
+	Trace tracectx.Context
 }
 
 // Scheduled is the outcome of one Request.
@@ -285,6 +290,7 @@ func (e *Engine) prepare(ctx context.Context, caller namespace.Identity, r Reque
 		Priority:     store.EffectivePriority(r.Priority),
 		Flow:         effectiveFlow(r.Flow),
 		Origin:       r.Origin,
+		Trace:        r.Trace,
 		State:        store.StateScheduled,
 		ScheduledAt:  now,
 		ReadyAt:      ready,
@@ -341,6 +347,9 @@ func validate(r Request, maxPayload int) error {
 	}
 	if err := validateFlow(r.Priority, r.Flow, r.Origin); err != nil {
 		return err
+	}
+	if err := r.Trace.Validate("trace_context"); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	if r.Retry.MaximumAttempts < 0 {
 		return fmt.Errorf("retry_policy.maximum_attempts: %d is negative: %w", r.Retry.MaximumAttempts, ErrInvalid)

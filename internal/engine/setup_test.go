@@ -37,6 +37,8 @@ type bench struct {
 	st   *sqlite.Store
 	reg  *registry.Registry
 	eng  *Engine
+	// tracer, set before start, is the engine's Config.Tracer.
+	tracer Tracer
 }
 
 // setup starts an engine on a new SQLite file; the test ends it.
@@ -60,7 +62,7 @@ func (b *bench) start() {
 	b.st = st
 	b.reg = registry.New(registry.Options{})
 	b.eng = New(Config{Store: st, Registry: b.reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
-		Defaults: DefaultDefaults(), Clock: b.clk})
+		Defaults: DefaultDefaults(), Clock: b.clk, Tracer: b.tracer})
 	if err := b.eng.Start(ctx); err != nil {
 		b.t.Fatalf("recover: %v", err)
 	}

@@ -448,7 +448,7 @@ func (e *Engine) restartChildLocked(p *wfRun, s *wfStep) {
 		now := e.now().UTC()
 		rec := store.Run{Namespace: p.rec.Namespace, WorkflowID: c.GetWorkflowId(), RunID: c.GetRunId(), WorkflowType: c.GetWorkflowType(),
 			TaskQueue: c.GetTaskQueue(), Status: store.RunRunning, Input: c.GetInput(), ParentWorkflowID: p.rec.WorkflowID,
-			ParentRunID: p.rec.RunID, ParentStep: s.n, StartedAt: now, Priority: p.rec.Priority, Flow: p.rec.Flow}
+			ParentRunID: p.rec.RunID, ParentStep: s.n, StartedAt: now, Priority: p.rec.Priority, Flow: p.rec.Flow, Trace: p.rec.Trace}
 		rec.Fingerprint = workflowFingerprint(WorkflowRequest{Namespace: rec.Namespace, WorkflowID: rec.WorkflowID,
 			WorkflowType: rec.WorkflowType, TaskQueue: rec.TaskQueue, Input: rec.Input})
 		e.insertChildLocked(p, s, rec, &aionv1.WorkflowStarted{WorkflowType: rec.WorkflowType, TaskQueue: rec.TaskQueue,

@@ -165,6 +165,7 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 		Task:         r.task,
 		Events:       slices.Clone(r.events[from-1:]),
 		FirstSeq:     from,
+		TraceContext: traceContextProto(r.rec.Trace),
 	}
 	wantsTask := e.runWantsTaskLocked(r)
 	for _, q := range r.queries {
@@ -452,8 +453,10 @@ func (e *Engine) stepRequest(r *wfRun, a *aionv1.ScheduleActivityCommand) (Reque
 		Node:         o.GetNode(),
 		Payload:      a.GetInput(),
 		Priority:     int(o.GetPriority()),
-		// A step shares out its pool under its run's keys.
-		Flow: r.rec.Flow,
+		// A step shares out its pool under its run's keys, and joins its
+		// run's trace.
+		Flow:  r.rec.Flow,
+		Trace: r.rec.Trace,
 		Timeouts: store.Timeouts{
 			ScheduleToStart: o.GetScheduleToStartTimeout().AsDuration(),
 			StartToClose:    o.GetStartToCloseTimeout().AsDuration(),
@@ -560,7 +563,7 @@ func (e *Engine) stepRecord(req Request, now time.Time) store.Activity {
 		Namespace: req.Namespace, ID: req.ID, TaskQueue: registry.Pool(req.Namespace, req.TaskQueue).TaskQueue,
 		ActivityType: req.ActivityType, Node: req.Node, Payload: req.Payload, PayloadSize: len(req.Payload),
 		Fingerprint: fingerprint(req), Timeouts: e.timeouts(req.Timeouts), Retry: e.retry(req.Retry),
-		Priority: store.EffectivePriority(req.Priority), Flow: effectiveFlow(req.Flow),
+		Priority: store.EffectivePriority(req.Priority), Flow: effectiveFlow(req.Flow), Trace: req.Trace,
 		State: store.StateScheduled, ScheduledAt: now, ReadyAt: now,
 	}
 }
@@ -655,7 +658,7 @@ func (e *Engine) startChildLocked(r *wfRun, sc *aionv1.StartChildCommand, now ti
 	}
 	rec := store.Run{Namespace: r.rec.Namespace, WorkflowID: id, RunID: childRun, WorkflowType: sc.GetWorkflowType(), TaskQueue: tq,
 		Status: store.RunRunning, Input: sc.GetInput(), ParentWorkflowID: r.rec.WorkflowID, ParentRunID: r.rec.RunID,
-		ParentStep: s.n, StartedAt: now, Priority: r.rec.Priority, Flow: r.rec.Flow} // a child shares out its pools as its parent
+		ParentStep: s.n, StartedAt: now, Priority: r.rec.Priority, Flow: r.rec.Flow, Trace: r.rec.Trace} // a child shares out its pools as its parent, and its trace
 	rec.Fingerprint = workflowFingerprint(WorkflowRequest{Namespace: rec.Namespace, WorkflowID: id, WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input})
 	started := &aionv1.WorkflowStarted{WorkflowType: rec.WorkflowType, TaskQueue: tq, Input: rec.Input,
 		ParentWorkflowId: r.rec.WorkflowID, ParentRunId: r.rec.RunID}
@@ -699,7 +702,7 @@ func (e *Engine) closeRunLocked(r *wfRun, now time.Time, c *aionv1.CloseWorkflow
 		n := store.Run{Namespace: r.rec.Namespace, WorkflowID: r.rec.WorkflowID, RunID: newID(now), WorkflowType: r.rec.WorkflowType,
 			TaskQueue: r.rec.TaskQueue, Status: store.RunRunning, Input: c.GetContinueInput(), Fingerprint: r.rec.Fingerprint,
 			ParentWorkflowID: r.rec.ParentWorkflowID, ParentRunID: r.rec.ParentRunID, ParentStep: r.rec.ParentStep, StartedAt: now,
-			Priority: r.rec.Priority, Flow: r.rec.Flow, Origin: r.rec.Origin}
+			Priority: r.rec.Priority, Flow: r.rec.Flow, Origin: r.rec.Origin, Trace: r.rec.Trace}
 		ev.NextRunId = n.RunID
 		next = &n
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -51,6 +52,9 @@ type WorkflowRequest struct {
 	// Origin names the schedule tick that starts the run; only the
 	// scheduler sets it.
 	Origin store.ScheduleOrigin
+	// Trace is the trace context the run's spans and its steps' activities
+	// join; zero for none. It is no part of the fingerprint.
+	Trace tracectx.Context
 }
 
 // Workflow failure types the engine itself assigns.
@@ -220,6 +224,9 @@ func validateWorkflow(r WorkflowRequest, maxPayload int) error {
 	if r.StartDelay > 0 && !r.StartAt.IsZero() {
 		return fmt.Errorf("start_delay: %v given with start_time %s; give at most one: %w", r.StartDelay, r.StartAt.Format(time.RFC3339), ErrInvalid)
 	}
+	if err := r.Trace.Validate("trace_context"); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
+	}
 	return validateFlow(r.Priority, r.Flow, r.Origin)
 }
 
@@ -319,7 +326,7 @@ func (e *Engine) startOnce(ctx context.Context, r WorkflowRequest, fp string, no
 
 	rec := store.Run{Namespace: r.Namespace, WorkflowID: r.WorkflowID, RunID: newID(now), WorkflowType: r.WorkflowType,
 		TaskQueue: r.TaskQueue, Status: store.RunRunning, Input: r.Input, Fingerprint: fp, StartedAt: now,
-		Priority: store.EffectivePriority(r.Priority), Flow: effectiveFlow(r.Flow), Origin: r.Origin}
+		Priority: store.EffectivePriority(r.Priority), Flow: effectiveFlow(r.Flow), Origin: r.Origin, Trace: r.Trace}
 	started := &aionv1.WorkflowStarted{WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue, Input: r.Input}
 	switch {
 	case r.StartDelay > 0:

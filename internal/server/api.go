@@ -10,6 +10,8 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,7 +26,14 @@ func (a *activityService) Schedule(ctx context.Context, r *aionv1.ScheduleReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	var span trace.Span
+	if t := a.s.tracing; t != nil {
+		span = a.traceSchedule(t, &req)
+	}
 	rec, existing, err := a.s.eng.Schedule(ctx, a.s.caller(ctx), req)
+	if span != nil {
+		endSchedule(span, rec.ID, existing, err)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -48,8 +57,18 @@ func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleB
 		reqs = append(reqs, req)
 		index = append(index, i)
 	}
+	var spans []trace.Span
+	if t := a.s.tracing; t != nil {
+		spans = make([]trace.Span, len(reqs))
+		for j := range reqs {
+			spans[j] = a.traceSchedule(t, &reqs[j])
+		}
+	}
 	for j, res := range a.s.eng.ScheduleBatch(ctx, a.s.caller(ctx), reqs) {
 		i := index[j]
+		if spans != nil && spans[j] != nil {
+			endSchedule(spans[j], res.Activity.ID, res.Existing, res.Err)
+		}
 		if res.Err != nil {
 			out.Results[i] = batchError(fmt.Errorf("requests[%d]: %w", i, res.Err))
 			continue
@@ -60,6 +79,31 @@ func (a *activityService) ScheduleBatch(ctx context.Context, r *aionv1.ScheduleB
 		}
 	}
 	return out, nil
+}
+
+// traceSchedule starts the span of scheduling req, child of the caller's
+// trace context, and gives req the span's context to keep instead; nil when
+// the caller's trace context is bad, which the engine refuses.
+func (a *activityService) traceSchedule(t *tracing.Tracing, req *engine.Request) trace.Span {
+	if req.Trace.Validate("") != nil {
+		return nil
+	}
+	var span trace.Span
+	span, req.Trace = startSpan(t, spanSchedule, req.Trace, attrNamespace.String(req.Namespace),
+		attrActivityType.String(req.ActivityType), attrTaskQueue.String(req.TaskQueue))
+	return span
+}
+
+// endSchedule ends a schedule span with the activity's id, and whether an
+// identical request had scheduled it before.
+func endSchedule(span trace.Span, id string, existing bool, err error) {
+	if span.IsRecording() && id != "" {
+		span.SetAttributes(attrActivityID.String(id))
+		if existing {
+			span.SetAttributes(attrExisting.Bool(true))
+		}
+	}
+	endSpan(span, err)
 }
 
 func batchError(err error) *aionv1.ScheduleBatchResult {

@@ -72,6 +72,10 @@ func TestScheduleBadInputMatrix(t *testing.T) {
 		{"LifeEndsBeforeTheStart", func(r *aionv1.ScheduleRequest) {
 			r.StartDelay, r.ScheduleToCloseTimeout = durationpb.New(time.Hour), durationpb.New(time.Minute)
 		}, codes.InvalidArgument, "schedule_to_close_timeout"},
+		{"BadTraceparent", func(r *aionv1.ScheduleRequest) { r.TraceContext = &aionv1.TraceContext{Traceparent: "00-x"} },
+			codes.InvalidArgument, `trace_context.traceparent: "00-x"`},
+		{"TracestateWithoutTraceparent", func(r *aionv1.ScheduleRequest) { r.TraceContext = &aionv1.TraceContext{Tracestate: "a=b"} },
+			codes.InvalidArgument, "trace_context.traceparent: missing"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/tracing"
 )
 
 // Config is everything `aion server` and `aion dev` can set. Validate checks
@@ -96,6 +97,10 @@ type Config struct {
 	MaxListBytes int
 	// Conn bounds how long connections may be held without progress.
 	Conn ConnLimits
+	// Tracing says whether and where to export OpenTelemetry spans; the
+	// zero value is off. The commands read it from the OTEL_* environment
+	// variables (tracing.FromEnv).
+	Tracing tracing.Config
 }
 
 // ConnLimits are the connection timeouts of the gRPC and HTTP listeners.

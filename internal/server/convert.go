@@ -122,6 +122,7 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		ConcurrencyKey:         a.Flow.ConcurrencyKey,
 		ScheduleId:             a.Origin.ScheduleID,
 		ScheduleTime:           ts(a.Origin.Time),
+		TraceContext:           traceContextToProto(a.Trace),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{
@@ -151,6 +152,7 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		Priority:     int(r.GetPriority()),
 		Flow: store.Flow{FairnessKey: r.GetFairnessKey(), FairnessWeight: int(r.GetFairnessWeight()),
 			ConcurrencyKey: r.GetConcurrencyKey()},
+		Trace: traceContextFromProto(r.GetTraceContext()),
 	}
 	var err error
 	fields := []struct {
@@ -249,5 +251,6 @@ func taskToProto(t engine.Task) *aionv1.ServerMessage {
 		WorkflowId:           t.WorkflowID,
 		RunId:                t.RunID,
 		Step:                 t.Step,
+		TraceContext:         traceContextToProto(t.Trace),
 	}}}
 }

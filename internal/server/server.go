@@ -36,6 +36,7 @@ import (
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/store/postgres"
 	"github.com/aion-run/aion/internal/store/sqlite"
+	"github.com/aion-run/aion/internal/tracing"
 	"github.com/aion-run/aion/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,6 +68,9 @@ type Server struct {
 	metrics *metrics.Metrics
 	authn   auth.Authenticator
 	tls     *tls.Config
+	// tracing is the OpenTelemetry SDK when Config.Tracing is on; nil
+	// (tracing off) otherwise, and every traced path checks for nil first.
+	tracing *tracing.Tracing
 
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
@@ -135,6 +139,12 @@ func (s *Server) open(ctx context.Context) error {
 	if s.tls, err = loadTLS(s.cfg); err != nil {
 		return err
 	}
+	if s.tracing, err = tracing.Start(ctx, s.cfg.Tracing, s.log); err != nil {
+		return err
+	}
+	if s.tracing != nil {
+		s.log.Info("tracing on: exporting spans over OTLP", "protocol", s.cfg.Tracing.Protocol)
+	}
 	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen for gRPC on %s: %w", s.cfg.GRPCAddr, err)
 	}
@@ -176,6 +186,14 @@ func (s *Server) release(ctx context.Context) error {
 			_ = l.Close() // closed already once served
 		}
 	}
+	// Last, so the spans of the work finished above are exported; a
+	// collector that does not answer holds the shutdown up 5s at most, and
+	// spans it missed are no reason to fail the shutdown.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(tctx); err != nil {
+		s.log.Warn("spans not exported at shutdown", "err", err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -198,7 +216,12 @@ func (s *Server) wire() {
 			}}
 	}
 	s.reg = registry.New(regOpts)
+	var tracer engine.Tracer // a nil interface, not a nil pointer in one: the engine checks for nil
+	if s.tracing != nil {
+		tracer = engineTracer{s.tracing}
+	}
 	s.eng = engine.New(engine.Config{
+		Tracer:                  tracer,
 		Cluster:                 clusterCfg,
 		Store:                   s.st,
 		Registry:                s.reg,

@@ -349,6 +349,7 @@ func (s *Server) handleFrame(c *conn, w *registry.Worker, m *aionv1.WorkerMessag
 		default:
 			return status.Error(codes.InvalidArgument, "activity_result.outcome: missing; want completed, failed or canceled")
 		}
+		out.Trace = traceContextFromProto(r.GetTraceContext()) // only ever a span's parent: one that does not parse is ignored
 		s.completeResult(c, w, r, out)
 	case *aionv1.WorkerMessage_ActivityHeartbeat:
 		h := f.ActivityHeartbeat

@@ -7,6 +7,7 @@ import (
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/store"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -30,12 +31,23 @@ func (ws *workflowService) Start(ctx context.Context, r *aionv1.StartWorkflowReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	rec, existing, err := ws.s.eng.StartWorkflow(ctx, ws.s.caller(ctx), engine.WorkflowRequest{
+	req := engine.WorkflowRequest{
 		Namespace: r.GetNamespace(), WorkflowID: r.GetWorkflowId(), WorkflowType: r.GetWorkflowType(),
 		TaskQueue: r.GetTaskQueue(), Input: r.GetInput(), IDReuse: reuse, StartDelay: delay, StartAt: at,
 		Priority: int(r.GetPriority()), Flow: store.Flow{FairnessKey: r.GetFairnessKey(),
 			FairnessWeight: int(r.GetFairnessWeight()), ConcurrencyKey: r.GetConcurrencyKey()},
-	})
+		Trace: traceContextFromProto(r.GetTraceContext()),
+	}
+	var span trace.Span
+	if t := ws.s.tracing; t != nil && req.Trace.Validate("") == nil { // a bad one is the engine's to refuse
+		span, req.Trace = startSpan(t, spanStartWorkflow, req.Trace, attrNamespace.String(req.Namespace),
+			attrWorkflowType.String(req.WorkflowType), attrTaskQueue.String(req.TaskQueue))
+	}
+	rec, existing, err := ws.s.eng.StartWorkflow(ctx, ws.s.caller(ctx), req)
+	if span != nil {
+		span.SetAttributes(attrWorkflowID.String(rec.WorkflowID), attrRunID.String(rec.RunID), attrExisting.Bool(existing))
+		endSpan(span, err)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -173,6 +185,7 @@ func runToProto(r store.Run, pending []engine.PendingStep) *aionv1.Run {
 		ParentWorkflowId: r.ParentWorkflowID, ParentRunId: r.ParentRunID, NextRunId: r.NextRunID,
 		Priority: int32(r.Priority), FairnessKey: r.Flow.FairnessKey, FairnessWeight: int32(r.Flow.FairnessWeight),
 		ConcurrencyKey: r.Flow.ConcurrencyKey, ScheduleId: r.Origin.ScheduleID, ScheduleTime: ts(r.Origin.Time),
+		TraceContext: traceContextToProto(r.Trace),
 	}
 	for _, p := range pending {
 		out.PendingSteps = append(out.PendingSteps, &aionv1.PendingStep{Step: p.Step, Kind: p.Kind, Name: p.Name,

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // ActivityState is where an activity is in its life.
@@ -98,6 +100,10 @@ type Activity struct {
 	Flow Flow
 	// Origin names the schedule tick that started the activity, if any.
 	Origin ScheduleOrigin
+	// Trace is the trace context the activity's spans join; zero for none.
+	// It is not part of the fingerprint: a repeated schedule with another
+	// trace context is the same request.
+	Trace tracectx.Context
 
 	State ActivityState
 	// Attempt is the number of the latest attempt, 0 before the first.

@@ -15,14 +15,14 @@ import (
 // them; the last one is the payload's length.
 const ActivityColumns = `seq, namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry,
 	state, attempt, result, failure, heartbeat, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority,
-	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time`
+	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate`
 
 // activityColumns is ActivityColumns with the bulky columns read through
 // the given expressions.
 func activityColumns(payload, result, failure, heartbeat string) string {
 	return `seq, namespace, id, task_queue, activity_type, node, ` + payload + `, fingerprint, timeouts, retry,
 	state, attempt, ` + result + `, ` + failure + `, ` + heartbeat + `, scheduled_at, started_at, ready_at, closed_at, coalesce(length(payload), 0), priority,
-	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time`
+	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate`
 }
 
 // ActivityColumnsWithoutPayloads is ActivityColumns for a listing that
@@ -57,7 +57,8 @@ func (r *ActivityRow) Dest() []any {
 	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
 		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
 		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize, &a.Priority,
-		&a.Flow.FairnessKey, &a.Flow.FairnessWeight, &a.Flow.ConcurrencyKey, &a.Origin.ScheduleID, &r.scheduleTime}
+		&a.Flow.FairnessKey, &a.Flow.FairnessWeight, &a.Flow.ConcurrencyKey, &a.Origin.ScheduleID, &r.scheduleTime,
+		&a.Trace.Parent, &a.Trace.State}
 }
 
 // Decode returns the activity the row holds.

@@ -13,13 +13,13 @@ import (
 // bulky ones last.
 const RunColumns = `seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
 	parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
-	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, failure, result, input`
+	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, failure, result, input`
 
 // RunColumnsWithoutPayloads is RunColumns with the input and result read
 // as NULL, for listings.
 const RunColumnsWithoutPayloads = `seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
 	parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
-	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, failure, NULL, NULL`
+	task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, failure, NULL, NULL`
 
 // RunRow receives one scanned run row; Decode turns it into a Run.
 type RunRow struct {
@@ -36,7 +36,7 @@ func (row *RunRow) Dest() []any {
 	return []any{&r.Seq, &r.Namespace, &r.RunID, &r.WorkflowID, &r.WorkflowType, &r.TaskQueue, &r.BuildID, &row.status,
 		&r.Fingerprint, &r.ParentWorkflowID, &r.ParentRunID, &r.ParentStep, &r.NextRunID, &r.HistoryLength,
 		&row.started, &row.closed, &r.TaskFailure, &r.Priority, &r.Flow.FairnessKey, &r.Flow.FairnessWeight,
-		&r.Flow.ConcurrencyKey, &r.Origin.ScheduleID, &row.scheduleTime, &row.failure, &r.Result, &r.Input}
+		&r.Flow.ConcurrencyKey, &r.Origin.ScheduleID, &row.scheduleTime, &r.Trace.Parent, &r.Trace.State, &row.failure, &r.Result, &r.Input}
 }
 
 // Decode returns the run the row holds.

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 // RunStatus is where a workflow run is in its life. Every status but
@@ -69,7 +71,10 @@ type Run struct {
 	// Flow holds the run's fairness and concurrency keys.
 	Flow Flow
 	// Origin names the schedule tick that started the run, if any.
-	Origin    ScheduleOrigin
+	Origin ScheduleOrigin
+	// Trace is the trace context the run's spans and its steps' activities
+	// join; zero for none. It is not part of the fingerprint.
+	Trace     tracectx.Context
 	StartedAt time.Time
 	ClosedAt  time.Time
 	// Seq orders runs by start within one store; set by the store.

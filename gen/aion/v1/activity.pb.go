@@ -488,7 +488,10 @@ type Activity struct {
 	// Schedule whose tick scheduled the activity; empty when scheduled otherwise.
 	ScheduleId string `protobuf:"bytes,27,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// Nominal time of that tick (before jitter); unset when scheduled otherwise.
-	ScheduleTime  *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
+	ScheduleTime *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
+	// Trace context the activity's spans join: the one it was scheduled with, or the server's
+	// schedule span when the server traces; for a workflow's step, its run's. Unset when none.
+	TraceContext  *TraceContext `protobuf:"bytes,29,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -719,6 +722,13 @@ func (x *Activity) GetScheduleTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Activity) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
 // Attempt is one delivery of an activity to one worker.
 type Attempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -862,8 +872,12 @@ type ScheduleRequest struct {
 	// Key the namespace's concurrency limit ("at most N running per key") and per-key rate limit of
 	// this activity type count it under; empty puts it in no key's group.
 	ConcurrencyKey string `protobuf:"bytes,17,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Trace context of the caller (W3C traceparent and tracestate), so that the activity's spans
+	// join the caller's trace; unset starts none (or, when the server traces, a new trace). Not
+	// part of the request's identity for idempotency.
+	TraceContext  *TraceContext `protobuf:"bytes,18,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleRequest) Reset() {
@@ -1013,6 +1027,13 @@ func (x *ScheduleRequest) GetConcurrencyKey() string {
 		return x.ConcurrencyKey
 	}
 	return ""
+}
+
+func (x *ScheduleRequest) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // ScheduleResponse answers Schedule.
@@ -1883,7 +1904,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	" \x01(\x04R\bworkerId\x12'\n" +
 	"\x0fconcurrency_key\x18\v \x01(\tR\x0econcurrencyKey\x12\x18\n" +
 	"\arunning\x18\f \x01(\rR\arunning\x12\x14\n" +
-	"\x05limit\x18\r \x01(\rR\x05limit\"\xa7\n" +
+	"\x05limit\x18\r \x01(\rR\x05limit\"\xe3\n" +
 	"\n" +
 	"\bActivity\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
@@ -1918,7 +1939,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\x0fconcurrency_key\x18\x1a \x01(\tR\x0econcurrencyKey\x12\x1f\n" +
 	"\vschedule_id\x18\x1b \x01(\tR\n" +
 	"scheduleId\x12?\n" +
-	"\rschedule_time\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\"\xab\x02\n" +
+	"\rschedule_time\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\x12:\n" +
+	"\rtrace_context\x18\x1d \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"\xab\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\x04R\bworkerId\x12\x12\n" +
@@ -1927,7 +1949,7 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\n" +
 	"ended_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tendedTime\x121\n" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x17.aion.v1.AttemptOutcomeR\aoutcome\x12*\n" +
-	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xb6\x06\n" +
+	"\afailure\x18\a \x01(\v2\x10.aion.v1.FailureR\afailure\"\xf2\x06\n" +
 	"\x0fScheduleRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -1949,7 +1971,8 @@ const file_aion_v1_activity_proto_rawDesc = "" +
 	"\bpriority\x18\x0e \x01(\x05R\bpriority\x12!\n" +
 	"\ffairness_key\x18\x0f \x01(\tR\vfairnessKey\x12'\n" +
 	"\x0ffairness_weight\x18\x10 \x01(\x05R\x0efairnessWeight\x12'\n" +
-	"\x0fconcurrency_key\x18\x11 \x01(\tR\x0econcurrencyKey\"]\n" +
+	"\x0fconcurrency_key\x18\x11 \x01(\tR\x0econcurrencyKey\x12:\n" +
+	"\rtrace_context\x18\x12 \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"]\n" +
 	"\x10ScheduleResponse\x12-\n" +
 	"\bactivity\x18\x01 \x01(\v2\x11.aion.v1.ActivityR\bactivity\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"L\n" +
@@ -2071,8 +2094,9 @@ var file_aion_v1_activity_proto_goTypes = []any{
 	(*Failure)(nil),                // 23: aion.v1.Failure
 	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
 	(*RetryPolicy)(nil),            // 25: aion.v1.RetryPolicy
-	(*Status)(nil),                 // 26: aion.v1.Status
-	(*InterventionCommand)(nil),    // 27: aion.v1.InterventionCommand
+	(*TraceContext)(nil),           // 26: aion.v1.TraceContext
+	(*Status)(nil),                 // 27: aion.v1.Status
+	(*InterventionCommand)(nil),    // 28: aion.v1.InterventionCommand
 }
 var file_aion_v1_activity_proto_depIdxs = []int32{
 	0,  // 0: aion.v1.WhyResponse.state:type_name -> aion.v1.ActivityState
@@ -2090,50 +2114,52 @@ var file_aion_v1_activity_proto_depIdxs = []int32{
 	6,  // 12: aion.v1.Activity.attempts:type_name -> aion.v1.Attempt
 	22, // 13: aion.v1.Activity.ready_time:type_name -> google.protobuf.Timestamp
 	22, // 14: aion.v1.Activity.schedule_time:type_name -> google.protobuf.Timestamp
-	22, // 15: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
-	22, // 16: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
-	1,  // 17: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
-	23, // 18: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
-	24, // 19: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	24, // 20: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
-	24, // 21: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	24, // 22: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
-	25, // 23: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
-	24, // 24: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
-	22, // 25: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	5,  // 26: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
-	7,  // 27: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
-	11, // 28: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
-	5,  // 29: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
-	26, // 30: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
-	5,  // 31: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
-	5,  // 32: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
-	5,  // 33: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
-	0,  // 34: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
-	5,  // 35: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
-	27, // 36: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
-	2,  // 37: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
-	7,  // 38: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
-	9,  // 39: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
-	12, // 40: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
-	14, // 41: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
-	16, // 42: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
-	18, // 43: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
-	20, // 44: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
-	3,  // 45: aion.v1.ActivityService.Why:input_type -> aion.v1.WhyRequest
-	8,  // 46: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
-	10, // 47: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
-	13, // 48: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
-	15, // 49: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
-	17, // 50: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
-	19, // 51: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
-	21, // 52: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
-	4,  // 53: aion.v1.ActivityService.Why:output_type -> aion.v1.WhyResponse
-	46, // [46:54] is the sub-list for method output_type
-	38, // [38:46] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	26, // 15: aion.v1.Activity.trace_context:type_name -> aion.v1.TraceContext
+	22, // 16: aion.v1.Attempt.started_time:type_name -> google.protobuf.Timestamp
+	22, // 17: aion.v1.Attempt.ended_time:type_name -> google.protobuf.Timestamp
+	1,  // 18: aion.v1.Attempt.outcome:type_name -> aion.v1.AttemptOutcome
+	23, // 19: aion.v1.Attempt.failure:type_name -> aion.v1.Failure
+	24, // 20: aion.v1.ScheduleRequest.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	24, // 21: aion.v1.ScheduleRequest.start_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 22: aion.v1.ScheduleRequest.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	24, // 23: aion.v1.ScheduleRequest.heartbeat_timeout:type_name -> google.protobuf.Duration
+	25, // 24: aion.v1.ScheduleRequest.retry_policy:type_name -> aion.v1.RetryPolicy
+	24, // 25: aion.v1.ScheduleRequest.start_delay:type_name -> google.protobuf.Duration
+	22, // 26: aion.v1.ScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	26, // 27: aion.v1.ScheduleRequest.trace_context:type_name -> aion.v1.TraceContext
+	5,  // 28: aion.v1.ScheduleResponse.activity:type_name -> aion.v1.Activity
+	7,  // 29: aion.v1.ScheduleBatchRequest.requests:type_name -> aion.v1.ScheduleRequest
+	11, // 30: aion.v1.ScheduleBatchResponse.results:type_name -> aion.v1.ScheduleBatchResult
+	5,  // 31: aion.v1.ScheduleBatchResult.activity:type_name -> aion.v1.Activity
+	27, // 32: aion.v1.ScheduleBatchResult.error:type_name -> aion.v1.Status
+	5,  // 33: aion.v1.GetActivityResponse.activity:type_name -> aion.v1.Activity
+	5,  // 34: aion.v1.WaitResponse.activity:type_name -> aion.v1.Activity
+	5,  // 35: aion.v1.CancelResponse.activity:type_name -> aion.v1.Activity
+	0,  // 36: aion.v1.ListActivitiesRequest.state:type_name -> aion.v1.ActivityState
+	5,  // 37: aion.v1.ListActivitiesResponse.activities:type_name -> aion.v1.Activity
+	28, // 38: aion.v1.InterveneRequest.command:type_name -> aion.v1.InterventionCommand
+	2,  // 39: aion.v1.InterveneResponse.outcome:type_name -> aion.v1.InterventionOutcome
+	7,  // 40: aion.v1.ActivityService.Schedule:input_type -> aion.v1.ScheduleRequest
+	9,  // 41: aion.v1.ActivityService.ScheduleBatch:input_type -> aion.v1.ScheduleBatchRequest
+	12, // 42: aion.v1.ActivityService.Get:input_type -> aion.v1.GetActivityRequest
+	14, // 43: aion.v1.ActivityService.Wait:input_type -> aion.v1.WaitRequest
+	16, // 44: aion.v1.ActivityService.Cancel:input_type -> aion.v1.CancelRequest
+	18, // 45: aion.v1.ActivityService.List:input_type -> aion.v1.ListActivitiesRequest
+	20, // 46: aion.v1.ActivityService.Intervene:input_type -> aion.v1.InterveneRequest
+	3,  // 47: aion.v1.ActivityService.Why:input_type -> aion.v1.WhyRequest
+	8,  // 48: aion.v1.ActivityService.Schedule:output_type -> aion.v1.ScheduleResponse
+	10, // 49: aion.v1.ActivityService.ScheduleBatch:output_type -> aion.v1.ScheduleBatchResponse
+	13, // 50: aion.v1.ActivityService.Get:output_type -> aion.v1.GetActivityResponse
+	15, // 51: aion.v1.ActivityService.Wait:output_type -> aion.v1.WaitResponse
+	17, // 52: aion.v1.ActivityService.Cancel:output_type -> aion.v1.CancelResponse
+	19, // 53: aion.v1.ActivityService.List:output_type -> aion.v1.ListActivitiesResponse
+	21, // 54: aion.v1.ActivityService.Intervene:output_type -> aion.v1.InterveneResponse
+	4,  // 55: aion.v1.ActivityService.Why:output_type -> aion.v1.WhyResponse
+	48, // [48:56] is the sub-list for method output_type
+	40, // [40:48] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_activity_proto_init() }

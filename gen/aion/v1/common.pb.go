@@ -189,6 +189,69 @@ func (x *RetryPolicy) GetNonRetryableErrorTypes() []string {
 	return nil
 }
 
+// TraceContext is a W3C Trace Context (https://www.w3.org/TR/trace-context/) carried with a piece
+// of work, so that the spans made for it by the client, the server and the worker join one trace.
+// The server keeps it with the activity or run (it survives restarts), hands it to the worker
+// with each task, and passes it on untouched when its own tracing is off; with tracing on it
+// stores its own schedule (or start) span's context instead, a child of the one given, so later
+// spans hang under that. It is never part of a request's identity: an idempotent repeat with
+// another trace context is the same request. Limits: traceparent at most 256 bytes, tracestate
+// at most 1,024, both printable ASCII; see "Tracing" in docs/protocol.md.
+type TraceContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The traceparent header value, "00-<32 hex trace id>-<16 hex parent span id>-<2 hex flags>"
+	// (a later version may append fields); required when tracestate is set.
+	Traceparent string `protobuf:"bytes,1,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// The tracestate header value: vendor-specific key=value list members, comma separated.
+	Tracestate    string `protobuf:"bytes,2,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceContext) Reset() {
+	*x = TraceContext{}
+	mi := &file_aion_v1_common_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceContext) ProtoMessage() {}
+
+func (x *TraceContext) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_common_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
+func (*TraceContext) Descriptor() ([]byte, []int) {
+	return file_aion_v1_common_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TraceContext) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *TraceContext) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 // Status is the outcome of one item in a batch call: a gRPC status code and message,
 // the shape of google.rpc.Status without details.
 type Status struct {
@@ -203,7 +266,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_aion_v1_common_proto_msgTypes[2]
+	mi := &file_aion_v1_common_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +278,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_common_proto_msgTypes[2]
+	mi := &file_aion_v1_common_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +291,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_aion_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_aion_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Status) GetCode() int32 {
@@ -260,7 +323,12 @@ const file_aion_v1_common_proto_rawDesc = "" +
 	"\x13backoff_coefficient\x18\x02 \x01(\x01R\x12backoffCoefficient\x12D\n" +
 	"\x10maximum_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0fmaximumInterval\x12)\n" +
 	"\x10maximum_attempts\x18\x04 \x01(\x05R\x0fmaximumAttempts\x129\n" +
-	"\x19non_retryable_error_types\x18\x05 \x03(\tR\x16nonRetryableErrorTypes\"6\n" +
+	"\x19non_retryable_error_types\x18\x05 \x03(\tR\x16nonRetryableErrorTypes\"P\n" +
+	"\fTraceContext\x12 \n" +
+	"\vtraceparent\x18\x01 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x02 \x01(\tR\n" +
+	"tracestate\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessageB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
@@ -277,16 +345,17 @@ func file_aion_v1_common_proto_rawDescGZIP() []byte {
 	return file_aion_v1_common_proto_rawDescData
 }
 
-var file_aion_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_aion_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_aion_v1_common_proto_goTypes = []any{
 	(*Failure)(nil),             // 0: aion.v1.Failure
 	(*RetryPolicy)(nil),         // 1: aion.v1.RetryPolicy
-	(*Status)(nil),              // 2: aion.v1.Status
-	(*durationpb.Duration)(nil), // 3: google.protobuf.Duration
+	(*TraceContext)(nil),        // 2: aion.v1.TraceContext
+	(*Status)(nil),              // 3: aion.v1.Status
+	(*durationpb.Duration)(nil), // 4: google.protobuf.Duration
 }
 var file_aion_v1_common_proto_depIdxs = []int32{
-	3, // 0: aion.v1.RetryPolicy.initial_interval:type_name -> google.protobuf.Duration
-	3, // 1: aion.v1.RetryPolicy.maximum_interval:type_name -> google.protobuf.Duration
+	4, // 0: aion.v1.RetryPolicy.initial_interval:type_name -> google.protobuf.Duration
+	4, // 1: aion.v1.RetryPolicy.maximum_interval:type_name -> google.protobuf.Duration
 	2, // [2:2] is the sub-list for method output_type
 	2, // [2:2] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
@@ -305,7 +374,7 @@ func file_aion_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_common_proto_rawDesc), len(file_aion_v1_common_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

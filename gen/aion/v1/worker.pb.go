@@ -717,7 +717,10 @@ type ActivityResult struct {
 	//	*ActivityResult_Completed
 	//	*ActivityResult_Failed
 	//	*ActivityResult_Canceled
-	Outcome       isActivityResult_Outcome `protobuf_oneof:"outcome"`
+	Outcome isActivityResult_Outcome `protobuf_oneof:"outcome"`
+	// Trace context of the worker's span for this attempt, when the worker traces: the server's
+	// span for recording the result becomes its child. Optional; the server never needs it.
+	TraceContext  *TraceContext `protobuf:"bytes,7,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +806,13 @@ func (x *ActivityResult) GetCanceled() *ActivityCanceled {
 		if x, ok := x.Outcome.(*ActivityResult_Canceled); ok {
 			return x.Canceled
 		}
+	}
+	return nil
+}
+
+func (x *ActivityResult) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -1300,7 +1310,10 @@ type ActivityTask struct {
 	// For a workflow's step: the run id.
 	RunId string `protobuf:"bytes,15,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// For a workflow's step: the step number.
-	Step          int64 `protobuf:"varint,16,opt,name=step,proto3" json:"step,omitempty"`
+	Step int64 `protobuf:"varint,16,opt,name=step,proto3" json:"step,omitempty"`
+	// Trace context of the activity (Activity.trace_context): a worker that traces makes its span
+	// for this attempt a child of it. Unset when the activity has none.
+	TraceContext  *TraceContext `protobuf:"bytes,17,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1458,13 @@ func (x *ActivityTask) GetStep() int64 {
 		return x.Step
 	}
 	return 0
+}
+
+func (x *ActivityTask) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // ResultAck answers an ActivityResult; status says what became of it. Whatever the status the
@@ -1929,7 +1949,7 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\bbuild_id\x18\n" +
 	" \x01(\tR\abuildId\x12%\n" +
 	"\x0eworkflow_slots\x18\v \x01(\rR\rworkflowSlots\x120\n" +
-	"\x14compatible_build_ids\x18\f \x03(\tR\x12compatibleBuildIds\"\x95\x02\n" +
+	"\x14compatible_build_ids\x18\f \x03(\tR\x12compatibleBuildIds\"\xd1\x02\n" +
 	"\x0eActivityResult\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1937,7 +1957,8 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\rR\aattempt\x12:\n" +
 	"\tcompleted\x18\x04 \x01(\v2\x1a.aion.v1.ActivityCompletedH\x00R\tcompleted\x12*\n" +
 	"\x06failed\x18\x05 \x01(\v2\x10.aion.v1.FailureH\x00R\x06failed\x127\n" +
-	"\bcanceled\x18\x06 \x01(\v2\x19.aion.v1.ActivityCanceledH\x00R\bcanceledB\t\n" +
+	"\bcanceled\x18\x06 \x01(\v2\x19.aion.v1.ActivityCanceledH\x00R\bcanceled\x12:\n" +
+	"\rtrace_context\x18\a \x01(\v2\x15.aion.v1.TraceContextR\ftraceContextB\t\n" +
 	"\aoutcome\"+\n" +
 	"\x11ActivityCompleted\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\",\n" +
@@ -1964,7 +1985,7 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\vRegisterAck\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\x12D\n" +
 	"\x10heartbeat_window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0fheartbeatWindow\x12>\n" +
-	"\rping_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fpingInterval\"\xad\x05\n" +
+	"\rping_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fpingInterval\"\xe9\x05\n" +
 	"\fActivityTask\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -1985,7 +2006,8 @@ const file_aion_v1_worker_proto_rawDesc = "" +
 	"\vworkflow_id\x18\x0e \x01(\tR\n" +
 	"workflowId\x12\x15\n" +
 	"\x06run_id\x18\x0f \x01(\tR\x05runId\x12\x12\n" +
-	"\x04step\x18\x10 \x01(\x03R\x04step\"\xad\x01\n" +
+	"\x04step\x18\x10 \x01(\x03R\x04step\x12:\n" +
+	"\rtrace_context\x18\x11 \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"\xad\x01\n" +
 	"\tResultAck\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vactivity_id\x18\x02 \x01(\tR\n" +
@@ -2070,9 +2092,10 @@ var file_aion_v1_worker_proto_goTypes = []any{
 	(*WorkflowTaskAck)(nil),       // 22: aion.v1.WorkflowTaskAck
 	(InterventionPrimitive)(0),    // 23: aion.v1.InterventionPrimitive
 	(*Failure)(nil),               // 24: aion.v1.Failure
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*InterventionCommand)(nil),   // 27: aion.v1.InterventionCommand
+	(*TraceContext)(nil),          // 25: aion.v1.TraceContext
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*InterventionCommand)(nil),   // 28: aion.v1.InterventionCommand
 }
 var file_aion_v1_worker_proto_depIdxs = []int32{
 	4,  // 0: aion.v1.WorkerMessage.register:type_name -> aion.v1.Register
@@ -2096,24 +2119,26 @@ var file_aion_v1_worker_proto_depIdxs = []int32{
 	6,  // 18: aion.v1.ActivityResult.completed:type_name -> aion.v1.ActivityCompleted
 	24, // 19: aion.v1.ActivityResult.failed:type_name -> aion.v1.Failure
 	7,  // 20: aion.v1.ActivityResult.canceled:type_name -> aion.v1.ActivityCanceled
-	25, // 21: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
-	25, // 22: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
-	26, // 23: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
-	26, // 24: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
-	25, // 25: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
-	25, // 26: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
-	26, // 27: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 28: aion.v1.ResultAck.status:type_name -> aion.v1.ResultStatus
-	26, // 29: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 30: aion.v1.DrainRequest.reason:type_name -> aion.v1.DrainReason
-	27, // 31: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
-	2,  // 32: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
-	3,  // 33: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
-	33, // [33:34] is the sub-list for method output_type
-	32, // [32:33] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	25, // 21: aion.v1.ActivityResult.trace_context:type_name -> aion.v1.TraceContext
+	26, // 22: aion.v1.RegisterAck.heartbeat_window:type_name -> google.protobuf.Duration
+	26, // 23: aion.v1.RegisterAck.ping_interval:type_name -> google.protobuf.Duration
+	27, // 24: aion.v1.ActivityTask.scheduled_time:type_name -> google.protobuf.Timestamp
+	27, // 25: aion.v1.ActivityTask.started_time:type_name -> google.protobuf.Timestamp
+	26, // 26: aion.v1.ActivityTask.start_to_close_timeout:type_name -> google.protobuf.Duration
+	26, // 27: aion.v1.ActivityTask.heartbeat_timeout:type_name -> google.protobuf.Duration
+	27, // 28: aion.v1.ActivityTask.deadline:type_name -> google.protobuf.Timestamp
+	25, // 29: aion.v1.ActivityTask.trace_context:type_name -> aion.v1.TraceContext
+	0,  // 30: aion.v1.ResultAck.status:type_name -> aion.v1.ResultStatus
+	27, // 31: aion.v1.DrainRequest.deadline:type_name -> google.protobuf.Timestamp
+	1,  // 32: aion.v1.DrainRequest.reason:type_name -> aion.v1.DrainReason
+	28, // 33: aion.v1.Intervention.command:type_name -> aion.v1.InterventionCommand
+	2,  // 34: aion.v1.WorkerService.Connect:input_type -> aion.v1.WorkerMessage
+	3,  // 35: aion.v1.WorkerService.Connect:output_type -> aion.v1.ServerMessage
+	35, // [35:36] is the sub-list for method output_type
+	34, // [34:35] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_worker_proto_init() }

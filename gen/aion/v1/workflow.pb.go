@@ -268,7 +268,11 @@ type Run struct {
 	// Schedule whose tick started the run; empty when started otherwise.
 	ScheduleId string `protobuf:"bytes,23,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// Nominal time of that tick (before jitter); unset when started otherwise.
-	ScheduleTime  *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
+	ScheduleTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=schedule_time,json=scheduleTime,proto3" json:"schedule_time,omitempty"`
+	// Trace context the run's spans and its steps' activities join: the one it was started with,
+	// or the server's start span when the server traces; a child run or a run continued as new
+	// takes its predecessor's. Unset when none.
+	TraceContext  *TraceContext `protobuf:"bytes,25,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +475,13 @@ func (x *Run) GetScheduleTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Run) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
 // PendingStep is a step a run waits on.
 type PendingStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -609,8 +620,11 @@ type StartWorkflowRequest struct {
 	FairnessWeight int32 `protobuf:"varint,11,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
 	// Key the namespace's concurrency and rate limits count the run under; empty for none.
 	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Trace context of the caller, as ScheduleRequest.trace_context: the run and the activities of
+	// its steps join the caller's trace. Not part of the request's identity.
+	TraceContext  *TraceContext `protobuf:"bytes,13,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartWorkflowRequest) Reset() {
@@ -725,6 +739,13 @@ func (x *StartWorkflowRequest) GetConcurrencyKey() string {
 		return x.ConcurrencyKey
 	}
 	return ""
+}
+
+func (x *StartWorkflowRequest) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // StartWorkflowResponse answers Start.
@@ -3212,7 +3233,9 @@ type WorkflowTask struct {
 	Queries []*WorkflowQuery `protobuf:"bytes,9,rep,name=queries,proto3" json:"queries,omitempty"`
 	// The task only asks queries: the worker answers them and sends no commands, and nothing is
 	// written to history. Events then bring the worker's copy of the run up to date as usual.
-	QueryOnly     bool `protobuf:"varint,10,opt,name=query_only,json=queryOnly,proto3" json:"query_only,omitempty"`
+	QueryOnly bool `protobuf:"varint,10,opt,name=query_only,json=queryOnly,proto3" json:"query_only,omitempty"`
+	// Trace context of the run (Run.trace_context); unset when it has none.
+	TraceContext  *TraceContext `protobuf:"bytes,11,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3315,6 +3338,13 @@ func (x *WorkflowTask) GetQueryOnly() bool {
 		return x.QueryOnly
 	}
 	return false
+}
+
+func (x *WorkflowTask) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // WorkflowQuery asks a worker to evaluate a query handler.
@@ -4247,7 +4277,7 @@ var File_aion_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x16aion/v1/activity.proto\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\a\n" +
+	"\x16aion/v1/workflow.proto\x12\aaion.v1\x1a\x16aion/v1/activity.proto\x1a\x14aion/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\a\n" +
 	"\x03Run\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4278,7 +4308,8 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x0fconcurrency_key\x18\x16 \x01(\tR\x0econcurrencyKey\x12\x1f\n" +
 	"\vschedule_id\x18\x17 \x01(\tR\n" +
 	"scheduleId\x12?\n" +
-	"\rschedule_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\"\x99\x02\n" +
+	"\rschedule_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduleTime\x12:\n" +
+	"\rtrace_context\x18\x19 \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"\x99\x02\n" +
 	"\vPendingStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12%\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x11.aion.v1.StepKindR\x04kind\x12\x12\n" +
@@ -4288,7 +4319,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\rR\aattempt\x12\x1b\n" +
 	"\tworker_id\x18\x06 \x01(\x04R\bworkerId\x127\n" +
 	"\tfire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12*\n" +
-	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xea\x03\n" +
+	"\x11child_workflow_id\x18\b \x01(\tR\x0fchildWorkflowId\"\xa6\x04\n" +
 	"\x14StartWorkflowRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4306,7 +4337,8 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\ffairness_key\x18\n" +
 	" \x01(\tR\vfairnessKey\x12'\n" +
 	"\x0ffairness_weight\x18\v \x01(\x05R\x0efairnessWeight\x12'\n" +
-	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\"S\n" +
+	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\x12:\n" +
+	"\rtrace_context\x18\r \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"S\n" +
 	"\x15StartWorkflowResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.aion.v1.RunR\x03run\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\"j\n" +
@@ -4481,7 +4513,7 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\x12*\n" +
 	"\afailure\x18\x03 \x01(\v2\x10.aion.v1.FailureR\afailure\x12%\n" +
 	"\x0econtinue_input\x18\x04 \x01(\fR\rcontinueInput\x12\x1e\n" +
-	"\vnext_run_id\x18\x05 \x01(\tR\tnextRunId\"\xd9\x02\n" +
+	"\vnext_run_id\x18\x05 \x01(\tR\tnextRunId\"\x95\x03\n" +
 	"\fWorkflowTask\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -4496,7 +4528,8 @@ const file_aion_v1_workflow_proto_rawDesc = "" +
 	"\aqueries\x18\t \x03(\v2\x16.aion.v1.WorkflowQueryR\aqueries\x12\x1d\n" +
 	"\n" +
 	"query_only\x18\n" +
-	" \x01(\bR\tqueryOnly\"T\n" +
+	" \x01(\bR\tqueryOnly\x12:\n" +
+	"\rtrace_context\x18\v \x01(\v2\x15.aion.v1.TraceContextR\ftraceContext\"T\n" +
 	"\rWorkflowQuery\x12\x19\n" +
 	"\bquery_id\x18\x01 \x01(\tR\aqueryId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -4660,9 +4693,10 @@ var file_aion_v1_workflow_proto_goTypes = []any{
 	(*WorkflowTaskAck)(nil),           // 52: aion.v1.WorkflowTaskAck
 	(*Failure)(nil),                   // 53: aion.v1.Failure
 	(*timestamppb.Timestamp)(nil),     // 54: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 55: google.protobuf.Duration
-	(*RetryPolicy)(nil),               // 56: aion.v1.RetryPolicy
-	(*WhyResponse)(nil),               // 57: aion.v1.WhyResponse
+	(*TraceContext)(nil),              // 55: aion.v1.TraceContext
+	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
+	(*RetryPolicy)(nil),               // 57: aion.v1.RetryPolicy
+	(*WhyResponse)(nil),               // 58: aion.v1.WhyResponse
 }
 var file_aion_v1_workflow_proto_depIdxs = []int32{
 	0,  // 0: aion.v1.Run.status:type_name -> aion.v1.RunStatus
@@ -4671,88 +4705,91 @@ var file_aion_v1_workflow_proto_depIdxs = []int32{
 	54, // 3: aion.v1.Run.close_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: aion.v1.Run.pending_steps:type_name -> aion.v1.PendingStep
 	54, // 5: aion.v1.Run.schedule_time:type_name -> google.protobuf.Timestamp
-	2,  // 6: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
-	54, // 7: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
-	55, // 9: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
-	54, // 10: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 11: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 12: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
-	0,  // 13: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
-	3,  // 14: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
-	3,  // 15: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 16: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
-	3,  // 17: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
-	24, // 18: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
-	54, // 19: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 20: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
-	26, // 21: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
-	28, // 22: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
-	29, // 23: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
-	30, // 24: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
-	31, // 25: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
-	32, // 26: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
-	33, // 27: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
-	34, // 28: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
-	35, // 29: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
-	36, // 30: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
-	37, // 31: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
-	38, // 32: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
-	39, // 33: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
-	54, // 34: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
-	55, // 35: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
-	55, // 36: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
-	55, // 37: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
-	55, // 38: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
-	56, // 39: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
-	27, // 40: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
-	53, // 41: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
-	54, // 42: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 43: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
-	53, // 44: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
-	0,  // 45: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
-	53, // 46: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
-	24, // 47: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
-	41, // 48: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
-	43, // 49: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
-	44, // 50: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
-	45, // 51: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
-	46, // 52: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
-	47, // 53: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
-	48, // 54: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
-	49, // 55: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
-	27, // 56: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
-	55, // 57: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
-	0,  // 58: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
-	53, // 59: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
-	42, // 60: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
-	53, // 61: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
-	51, // 62: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
-	5,  // 63: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
-	7,  // 64: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
-	9,  // 65: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
-	11, // 66: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
-	13, // 67: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
-	15, // 68: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
-	17, // 69: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
-	19, // 70: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
-	22, // 71: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
-	21, // 72: aion.v1.WorkflowService.Why:input_type -> aion.v1.WhyWorkflowRequest
-	6,  // 73: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
-	8,  // 74: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
-	10, // 75: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
-	12, // 76: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
-	14, // 77: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
-	16, // 78: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
-	18, // 79: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
-	20, // 80: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
-	23, // 81: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
-	57, // 82: aion.v1.WorkflowService.Why:output_type -> aion.v1.WhyResponse
-	73, // [73:83] is the sub-list for method output_type
-	63, // [63:73] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	55, // 6: aion.v1.Run.trace_context:type_name -> aion.v1.TraceContext
+	2,  // 7: aion.v1.PendingStep.kind:type_name -> aion.v1.StepKind
+	54, // 8: aion.v1.PendingStep.fire_time:type_name -> google.protobuf.Timestamp
+	1,  // 9: aion.v1.StartWorkflowRequest.id_reuse:type_name -> aion.v1.IDReusePolicy
+	56, // 10: aion.v1.StartWorkflowRequest.start_delay:type_name -> google.protobuf.Duration
+	54, // 11: aion.v1.StartWorkflowRequest.start_time:type_name -> google.protobuf.Timestamp
+	55, // 12: aion.v1.StartWorkflowRequest.trace_context:type_name -> aion.v1.TraceContext
+	3,  // 13: aion.v1.StartWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 14: aion.v1.GetWorkflowResponse.run:type_name -> aion.v1.Run
+	0,  // 15: aion.v1.ListWorkflowsRequest.status:type_name -> aion.v1.RunStatus
+	3,  // 16: aion.v1.ListWorkflowsResponse.runs:type_name -> aion.v1.Run
+	3,  // 17: aion.v1.WaitWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 18: aion.v1.CancelWorkflowResponse.run:type_name -> aion.v1.Run
+	3,  // 19: aion.v1.TerminateWorkflowResponse.run:type_name -> aion.v1.Run
+	24, // 20: aion.v1.GetHistoryResponse.events:type_name -> aion.v1.HistoryEvent
+	54, // 21: aion.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 22: aion.v1.HistoryEvent.workflow_started:type_name -> aion.v1.WorkflowStarted
+	26, // 23: aion.v1.HistoryEvent.workflow_task_completed:type_name -> aion.v1.WorkflowTaskCompleted
+	28, // 24: aion.v1.HistoryEvent.activity_scheduled:type_name -> aion.v1.ActivityScheduled
+	29, // 25: aion.v1.HistoryEvent.activity_closed:type_name -> aion.v1.ActivityClosed
+	30, // 26: aion.v1.HistoryEvent.timer_started:type_name -> aion.v1.TimerStarted
+	31, // 27: aion.v1.HistoryEvent.timer_fired:type_name -> aion.v1.TimerFired
+	32, // 28: aion.v1.HistoryEvent.timer_canceled:type_name -> aion.v1.TimerCanceled
+	33, // 29: aion.v1.HistoryEvent.signal_received:type_name -> aion.v1.SignalReceived
+	34, // 30: aion.v1.HistoryEvent.side_effect_recorded:type_name -> aion.v1.SideEffectRecorded
+	35, // 31: aion.v1.HistoryEvent.child_started:type_name -> aion.v1.ChildStarted
+	36, // 32: aion.v1.HistoryEvent.child_closed:type_name -> aion.v1.ChildClosed
+	37, // 33: aion.v1.HistoryEvent.cancel_requested:type_name -> aion.v1.CancelRequested
+	38, // 34: aion.v1.HistoryEvent.activity_cancel_requested:type_name -> aion.v1.ActivityCancelRequested
+	39, // 35: aion.v1.HistoryEvent.workflow_closed:type_name -> aion.v1.WorkflowClosed
+	54, // 36: aion.v1.WorkflowStarted.ready_time:type_name -> google.protobuf.Timestamp
+	56, // 37: aion.v1.ActivityOptions.schedule_to_start_timeout:type_name -> google.protobuf.Duration
+	56, // 38: aion.v1.ActivityOptions.start_to_close_timeout:type_name -> google.protobuf.Duration
+	56, // 39: aion.v1.ActivityOptions.schedule_to_close_timeout:type_name -> google.protobuf.Duration
+	56, // 40: aion.v1.ActivityOptions.heartbeat_timeout:type_name -> google.protobuf.Duration
+	57, // 41: aion.v1.ActivityOptions.retry_policy:type_name -> aion.v1.RetryPolicy
+	27, // 42: aion.v1.ActivityScheduled.options:type_name -> aion.v1.ActivityOptions
+	53, // 43: aion.v1.ActivityClosed.failure:type_name -> aion.v1.Failure
+	54, // 44: aion.v1.TimerStarted.fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 45: aion.v1.ChildClosed.status:type_name -> aion.v1.RunStatus
+	53, // 46: aion.v1.ChildClosed.failure:type_name -> aion.v1.Failure
+	0,  // 47: aion.v1.WorkflowClosed.status:type_name -> aion.v1.RunStatus
+	53, // 48: aion.v1.WorkflowClosed.failure:type_name -> aion.v1.Failure
+	24, // 49: aion.v1.WorkflowTask.events:type_name -> aion.v1.HistoryEvent
+	41, // 50: aion.v1.WorkflowTask.queries:type_name -> aion.v1.WorkflowQuery
+	55, // 51: aion.v1.WorkflowTask.trace_context:type_name -> aion.v1.TraceContext
+	43, // 52: aion.v1.WorkflowCommand.schedule_activity:type_name -> aion.v1.ScheduleActivityCommand
+	44, // 53: aion.v1.WorkflowCommand.start_timer:type_name -> aion.v1.StartTimerCommand
+	45, // 54: aion.v1.WorkflowCommand.cancel_timer:type_name -> aion.v1.CancelTimerCommand
+	46, // 55: aion.v1.WorkflowCommand.record_side_effect:type_name -> aion.v1.RecordSideEffectCommand
+	47, // 56: aion.v1.WorkflowCommand.start_child:type_name -> aion.v1.StartChildCommand
+	48, // 57: aion.v1.WorkflowCommand.cancel_activity:type_name -> aion.v1.CancelActivityCommand
+	49, // 58: aion.v1.WorkflowCommand.close:type_name -> aion.v1.CloseWorkflowCommand
+	27, // 59: aion.v1.ScheduleActivityCommand.options:type_name -> aion.v1.ActivityOptions
+	56, // 60: aion.v1.StartTimerCommand.duration:type_name -> google.protobuf.Duration
+	0,  // 61: aion.v1.CloseWorkflowCommand.status:type_name -> aion.v1.RunStatus
+	53, // 62: aion.v1.CloseWorkflowCommand.failure:type_name -> aion.v1.Failure
+	42, // 63: aion.v1.WorkflowTaskResult.commands:type_name -> aion.v1.WorkflowCommand
+	53, // 64: aion.v1.WorkflowTaskResult.failure:type_name -> aion.v1.Failure
+	51, // 65: aion.v1.WorkflowTaskResult.query_answers:type_name -> aion.v1.QueryAnswer
+	5,  // 66: aion.v1.WorkflowService.Start:input_type -> aion.v1.StartWorkflowRequest
+	7,  // 67: aion.v1.WorkflowService.Get:input_type -> aion.v1.GetWorkflowRequest
+	9,  // 68: aion.v1.WorkflowService.List:input_type -> aion.v1.ListWorkflowsRequest
+	11, // 69: aion.v1.WorkflowService.Wait:input_type -> aion.v1.WaitWorkflowRequest
+	13, // 70: aion.v1.WorkflowService.Signal:input_type -> aion.v1.SignalWorkflowRequest
+	15, // 71: aion.v1.WorkflowService.Query:input_type -> aion.v1.QueryWorkflowRequest
+	17, // 72: aion.v1.WorkflowService.Cancel:input_type -> aion.v1.CancelWorkflowRequest
+	19, // 73: aion.v1.WorkflowService.Terminate:input_type -> aion.v1.TerminateWorkflowRequest
+	22, // 74: aion.v1.WorkflowService.History:input_type -> aion.v1.GetHistoryRequest
+	21, // 75: aion.v1.WorkflowService.Why:input_type -> aion.v1.WhyWorkflowRequest
+	6,  // 76: aion.v1.WorkflowService.Start:output_type -> aion.v1.StartWorkflowResponse
+	8,  // 77: aion.v1.WorkflowService.Get:output_type -> aion.v1.GetWorkflowResponse
+	10, // 78: aion.v1.WorkflowService.List:output_type -> aion.v1.ListWorkflowsResponse
+	12, // 79: aion.v1.WorkflowService.Wait:output_type -> aion.v1.WaitWorkflowResponse
+	14, // 80: aion.v1.WorkflowService.Signal:output_type -> aion.v1.SignalWorkflowResponse
+	16, // 81: aion.v1.WorkflowService.Query:output_type -> aion.v1.QueryWorkflowResponse
+	18, // 82: aion.v1.WorkflowService.Cancel:output_type -> aion.v1.CancelWorkflowResponse
+	20, // 83: aion.v1.WorkflowService.Terminate:output_type -> aion.v1.TerminateWorkflowResponse
+	23, // 84: aion.v1.WorkflowService.History:output_type -> aion.v1.GetHistoryResponse
+	58, // 85: aion.v1.WorkflowService.Why:output_type -> aion.v1.WhyResponse
+	76, // [76:86] is the sub-list for method output_type
+	66, // [66:76] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_workflow_proto_init() }

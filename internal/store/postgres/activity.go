@@ -14,9 +14,9 @@ import (
 var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 	fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
 	scheduled_at, started_at, ready_at, closed_at, wait_deadline, priority,
-	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time)
+	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::jsonb, $14, $15, $16, $17, $18,
-		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `, $19, $20, $21, $22, $23, $24)
+		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `, $19, $20, $21, $22, $23, $24, $25, $26)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
 // endActivitySet moves an open activity; $1..$11 are shared by both EndAttempt
@@ -79,7 +79,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				store.EncodeFailure(a.Failure), a.HeartbeatDetails,
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
 				store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
-				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time))
+				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State)
 		case store.EndAttempt:
 			args := []any{string(w.State), 0, store.UnixNanos(w.StartedAt), w.Result,
 				store.EncodeFailure(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt),

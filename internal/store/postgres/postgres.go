@@ -271,6 +271,14 @@ var migrations = []string{
 		WHERE state = 'scheduled';
 	CREATE INDEX activities_running_fair ON activities (namespace, task_queue, activity_type, fairness_key, fairness_weight)
 		WHERE state = 'running'`,
+	// Activities and runs gain the W3C trace context they were scheduled
+	// or started with (PostgreSQL adds a column with a constant default
+	// without rewriting the table, and keeps large values out of line, so
+	// where the column lands does not matter).
+	`ALTER TABLE activities ADD COLUMN traceparent text NOT NULL DEFAULT '',
+		ADD COLUMN tracestate text NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN traceparent text NOT NULL DEFAULT '',
+		ADD COLUMN tracestate text NOT NULL DEFAULT ''`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

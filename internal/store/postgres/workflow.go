@@ -20,9 +20,9 @@ const insertRunSQL = `WITH ins AS (
 		INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status,
 			fingerprint, parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length,
 			started_at, closed_at, task_failure, failure, result, input, owner,
-			priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time)
+			priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate)
 		VALUES ($1::text, $2::text, $3, $4, $5, $6, 'running', $7, $8, $9, $10, $11, cardinality($15::bigint[]),
-			$12, $13, $14, $16::jsonb, $17, $18, $20::bigint, $21, $22, $23, $24, $25, $26)
+			$12, $13, $14, $16::jsonb, $17, $18, $20::bigint, $21, $22, $23, $24, $25, $26, $27, $28)
 		ON CONFLICT DO NOTHING
 		RETURNING 1),
 	ev AS (
@@ -75,7 +75,7 @@ func queueInsertRun(b *pgx.Batch, w store.InsertRun) {
 		store.UnixNanos(r.StartedAt), store.UnixNanos(r.ClosedAt), r.TaskFailure, seqs,
 		store.EncodeFailure(r.Failure), r.Result, r.Input, data, int64(w.Owner),
 		store.EffectivePriority(r.Priority), r.Flow.FairnessKey, store.EffectiveWeight(r.Flow.FairnessWeight), r.Flow.ConcurrencyKey,
-		r.Origin.ScheduleID, store.UnixNanos(r.Origin.Time))
+		r.Origin.ScheduleID, store.UnixNanos(r.Origin.Time), r.Trace.Parent, r.Trace.State)
 }
 
 // queueAppendEvents queues w: an owned write applies only to a run its

@@ -11,3 +11,7 @@ var SchemaBeforeBulkyLast = migrations[:3]
 // SchemaBeforeWorkflows is the schema as it was before runs and histories,
 // for tests of the upgrade.
 var SchemaBeforeWorkflows = migrations[:5]
+
+// SchemaBeforeTrace is the schema as it was before activities and runs
+// kept a trace context, for tests of the upgrade.
+var SchemaBeforeTrace = migrations[:9]

@@ -464,6 +464,101 @@ var migrations = []string{
 		updated_at  INTEGER NOT NULL,
 		PRIMARY KEY (namespace, kind, type)
 	) WITHOUT ROWID`,
+	// Activities and runs gain the W3C trace context they were scheduled
+	// or started with, before their bulky columns as the rebuilds above
+	// keep them: a column added by ALTER TABLE would land after the
+	// payload, and reading it would walk a large payload's overflow pages
+	// on every dispatch read and recovery. Both tables are rebuilt once
+	// more (runs keep their seq, and so their AUTOINCREMENT high mark).
+	`CREATE TABLE activities_next (
+		seq             INTEGER PRIMARY KEY,
+		namespace       TEXT NOT NULL,
+		id              TEXT NOT NULL,
+		task_queue      TEXT NOT NULL,
+		activity_type   TEXT NOT NULL,
+		node            TEXT NOT NULL,
+		fingerprint     TEXT NOT NULL,
+		timeouts        TEXT NOT NULL,
+		retry           TEXT NOT NULL,
+		state           TEXT NOT NULL,
+		attempt         INTEGER NOT NULL,
+		scheduled_at    INTEGER NOT NULL,
+		started_at      INTEGER NOT NULL,
+		ready_at        INTEGER NOT NULL,
+		closed_at       INTEGER NOT NULL,
+		priority        INTEGER NOT NULL DEFAULT 3,
+		fairness_key    TEXT NOT NULL DEFAULT '',
+		fairness_weight INTEGER NOT NULL DEFAULT 1,
+		concurrency_key TEXT NOT NULL DEFAULT '',
+		schedule_id     TEXT NOT NULL DEFAULT '',
+		schedule_time   INTEGER NOT NULL DEFAULT 0,
+		traceparent     TEXT NOT NULL DEFAULT '',
+		tracestate      TEXT NOT NULL DEFAULT '',
+		failure         TEXT,
+		heartbeat       BLOB,
+		result          BLOB,
+		payload         BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, fairness_key, fairness_weight,
+		concurrency_key, schedule_id, schedule_time, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, fairness_key, fairness_weight,
+		concurrency_key, schedule_id, schedule_time, failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_open ON activities (seq) WHERE state IN ('scheduled', 'running');
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE TABLE runs_next (
+		seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+		namespace          TEXT NOT NULL,
+		run_id             TEXT NOT NULL,
+		workflow_id        TEXT NOT NULL,
+		workflow_type      TEXT NOT NULL,
+		task_queue         TEXT NOT NULL,
+		build_id           TEXT NOT NULL,
+		status             TEXT NOT NULL,
+		fingerprint        TEXT NOT NULL,
+		parent_workflow_id TEXT NOT NULL,
+		parent_run_id      TEXT NOT NULL,
+		parent_step        INTEGER NOT NULL,
+		next_run_id        TEXT NOT NULL,
+		history_length     INTEGER NOT NULL,
+		started_at         INTEGER NOT NULL,
+		closed_at          INTEGER NOT NULL,
+		task_failure       TEXT NOT NULL,
+		priority           INTEGER NOT NULL DEFAULT 3,
+		fairness_key       TEXT NOT NULL DEFAULT '',
+		fairness_weight    INTEGER NOT NULL DEFAULT 1,
+		concurrency_key    TEXT NOT NULL DEFAULT '',
+		schedule_id        TEXT NOT NULL DEFAULT '',
+		schedule_time      INTEGER NOT NULL DEFAULT 0,
+		traceparent        TEXT NOT NULL DEFAULT '',
+		tracestate         TEXT NOT NULL DEFAULT '',
+		failure            TEXT,
+		result             BLOB,
+		input              BLOB,
+		UNIQUE (namespace, run_id)
+	) STRICT;
+	INSERT INTO runs_next (seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
+		parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
+		task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time,
+		failure, result, input)
+		SELECT seq, namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status, fingerprint,
+		parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
+		task_failure, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time,
+		failure, result, input
+		FROM runs ORDER BY seq;
+	DROP TABLE runs;
+	ALTER TABLE runs_next RENAME TO runs;
+	CREATE UNIQUE INDEX runs_open_workflow ON runs (namespace, workflow_id) WHERE status = 'running';
+	CREATE INDEX runs_open ON runs (seq) WHERE status = 'running';
+	CREATE INDEX runs_by_workflow ON runs (namespace, workflow_id, seq);
+	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
+	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
+	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq)`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -15,8 +15,9 @@ import (
 // is inserted.
 const insertRunSQL = `INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status,
 	fingerprint, parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at, closed_at,
-	task_failure, failure, result, input, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time)
-	VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	task_failure, failure, result, input, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time,
+	traceparent, tracestate)
+	VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT DO NOTHING`
 
 const insertEventSQL = `INSERT INTO events (namespace, run_id, seq, data) VALUES (?, ?, ?, ?)`
@@ -48,7 +49,7 @@ func (st runStmts) insertRun(ctx context.Context, w store.InsertRun) (sql.Result
 		r.Fingerprint, r.ParentWorkflowID, r.ParentRunID, r.ParentStep, r.NextRunID, int64(len(w.Events)),
 		store.UnixNanos(r.StartedAt), store.UnixNanos(r.ClosedAt), r.TaskFailure, failureJSON(r.Failure), r.Result, r.Input,
 		store.EffectivePriority(r.Priority), r.Flow.FairnessKey, store.EffectiveWeight(r.Flow.FairnessWeight), r.Flow.ConcurrencyKey,
-		r.Origin.ScheduleID, store.UnixNanos(r.Origin.Time))
+		r.Origin.ScheduleID, store.UnixNanos(r.Origin.Time), r.Trace.Parent, r.Trace.State)
 	if err != nil {
 		return nil, err
 	}

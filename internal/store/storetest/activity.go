@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/tracectx"
 )
 
 func newActivity(ns, id string) store.Activity {
@@ -25,6 +26,9 @@ func newActivity(ns, id string) store.Activity {
 		ScheduledAt:  time.Now().UTC().Truncate(time.Microsecond),
 	}
 }
+
+// traceContext is a W3C trace context with both of its values.
+var traceContext = tracectx.Context{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}
 
 func apply(t *testing.T, s store.Store, ws ...store.Write) []bool {
 	t.Helper()
@@ -131,6 +135,37 @@ func runActivity(t *testing.T, open Opener) {
 		open, err := s.OpenActivities(ctx, -1)
 		if err != nil || len(open) != 2 || open[0].Flow != keyed.Flow || !open[0].Origin.Time.Equal(nominal) {
 			t.Fatalf("open activities: %+v, %v", open, err)
+		}
+	})
+
+	t.Run("TraceContextRoundTripsOnEveryRead", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		traced, plain := newActivity("ns", "traced"), newActivity("ns", "plain")
+		traced.Trace = traceContext
+		traced.Payload = make([]byte, 10_000) // past the inline bound below: read without its payload
+		apply(t, s, store.InsertActivity{Activity: traced}, store.InsertActivity{Activity: plain})
+		if got := get(t, s, "ns", "traced").Trace; got != traceContext {
+			t.Fatalf("get: trace context %+v, want %+v", got, traceContext)
+		}
+		if got := get(t, s, "ns", "plain").Trace; !got.IsZero() {
+			t.Fatalf("get: activity scheduled without a trace context reads back %+v", got)
+		}
+		open, err := s.OpenActivities(ctx, 100)
+		if err != nil || idsOf(open) != "[traced plain]" || open[0].Trace != traceContext || !open[1].Trace.IsZero() {
+			t.Fatalf("open activities = %s (%+v), %v; want the trace context kept, payload or not", idsOf(open), open, err)
+		}
+		for _, omit := range []bool{false, true} {
+			listed := list(t, s, store.ActivityFilter{Namespace: "ns", OmitPayloads: omit})
+			if idsOf(listed) != "[plain traced]" || listed[1].Trace != traceContext || !listed[0].Trace.IsZero() {
+				t.Fatalf("list (payloads left out %v): %+v; want the trace context kept", omit, listed)
+			}
+		}
+		// An attempt ending, even a retry, leaves it as it was.
+		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "traced", State: store.StateScheduled, ReadyAt: time.Now(),
+			Attempt: &store.Attempt{Number: 1, Outcome: store.OutcomeFailed, StartedAt: time.Now(), EndedAt: time.Now()}})
+		if got := get(t, s, "ns", "traced").Trace; got != traceContext {
+			t.Fatalf("after a retry: trace context %+v, want %+v", got, traceContext)
 		}
 	})
 

@@ -103,7 +103,8 @@ func (c *clusterCase) schedule(n int, typ, node string) []string {
 		ids = append(ids, id)
 		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: id,
 			TaskQueue: "q", ActivityType: typ, Node: node, Fingerprint: "f", State: store.StateScheduled,
-			Payload: []byte("12345"), Timeouts: store.Timeouts{ScheduleToClose: time.Hour}, ScheduledAt: now, ReadyAt: now}})
+			Payload: []byte("12345"), Timeouts: store.Timeouts{ScheduleToClose: time.Hour}, ScheduledAt: now, ReadyAt: now,
+			Trace: traceContext}})
 	}
 	c.apply(writes...)
 	return ids
@@ -362,6 +363,9 @@ func testClaimRecordsOwnerAndWorker(t *testing.T, c *clusterCase) {
 	got := c.claim(owner, now, claimOf("t", "gpu", 70, 80))
 	if !slices.Equal(activityIDs(got[0]), ids[:2]) {
 		t.Fatalf("two workers claimed %v, want the two oldest %v", activityIDs(got[0]), ids[:2])
+	}
+	if tc := got[0][0].Trace; tc != traceContext {
+		t.Fatalf("claimed activity's trace context %+v, want %+v", tc, traceContext)
 	}
 	for i, w := range []uint64{70, 80} {
 		at, err := c.s.GetRunningAttempt(c.ctx, "ns", ids[i])

@@ -138,6 +138,7 @@ func runWorkflow(t *testing.T, open Opener) {
 			Priority:         2,
 			Flow:             store.Flow{FairnessKey: "tenant-a", FairnessWeight: 3, ConcurrencyKey: "customer-9"},
 			Origin:           store.ScheduleOrigin{ScheduleID: "nightly", Time: runEpoch.Add(-time.Hour)},
+			Trace:            traceContext,
 			StartedAt:        runEpoch,
 			ClosedAt:         runEpoch.Add(time.Nanosecond),
 		}
@@ -159,7 +160,8 @@ func runWorkflow(t *testing.T, open Opener) {
 		got = getRun(t, s, "ns", "run-2")
 		if got.Status != store.RunRunning || got.Failure != nil || got.Input != nil || got.Result != nil ||
 			!got.StartedAt.IsZero() || !got.ClosedAt.IsZero() || got.HistoryLength != 0 || got.TaskFailure != "" ||
-			got.Priority != store.DefaultPriority || got.Flow != (store.Flow{FairnessWeight: 1}) || got.Origin != (store.ScheduleOrigin{}) {
+			got.Priority != store.DefaultPriority || got.Flow != (store.Flow{FairnessWeight: 1}) || got.Origin != (store.ScheduleOrigin{}) ||
+			!got.Trace.IsZero() {
 			t.Fatalf("run inserted with only its ids and no events read back as %+v", got)
 		}
 		if got := readHistory(t, s, "ns", "run-2", 0, 0); len(got) != 0 {

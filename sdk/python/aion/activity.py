@@ -90,6 +90,10 @@ class ActivityInfo:
     workflow_id: str = ""
     run_id: str = ""
     step: int = 0
+    #: The W3C trace context the activity carries (its scheduler's, or the server's schedule
+    #: span when the server traces); empty when it has none. See :mod:`aion.tracing`.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass(frozen=True)

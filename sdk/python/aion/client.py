@@ -27,6 +27,7 @@ import grpc.aio
 from . import _conn
 from . import interventions as _iv
 from . import payload as _payload
+from . import tracing as _tracing
 from ._gen.v1 import (activity_pb2, activity_pb2_grpc, cluster_pb2, cluster_pb2_grpc, namespace_pb2,
                       namespace_pb2_grpc, workflow_pb2, workflow_pb2_grpc)
 from .errors import ActivityFailed, NotTerminal, RPCError, WorkflowFailed
@@ -47,6 +48,11 @@ class ScheduleOptions:
     ``id`` makes scheduling idempotent: the same id with the same request returns the
     existing activity (``existing`` is then true); with a different request the server
     answers ALREADY_EXISTS. Durations are seconds or timedeltas.
+
+    ``traceparent`` and ``tracestate`` are the W3C trace context the activity's spans join
+    (the trace context is no part of the request's identity); left empty, the client sends
+    the current OpenTelemetry span's, when ``opentelemetry`` is importable (see
+    :mod:`aion.tracing`).
     """
 
     namespace: str
@@ -65,10 +71,13 @@ class ScheduleOptions:
     fairness_key: str = ""
     fairness_weight: int = 0
     concurrency_key: str = ""
+    traceparent: str = ""
+    tracestate: str = ""
 
     def to_proto(self, payload: bytes) -> activity_pb2.ScheduleRequest:
-        """The wire request with an encoded payload."""
-        return activity_pb2.ScheduleRequest(
+        """The wire request with an encoded payload; its trace context is the one given, else
+        the current OpenTelemetry span's."""
+        req = activity_pb2.ScheduleRequest(
             namespace=self.namespace, id=self.id, task_queue=self.task_queue, activity_type=self.activity_type,
             payload=payload, node=self.node,
             schedule_to_start_timeout=duration_to_proto(self.schedule_to_start_timeout),
@@ -79,6 +88,10 @@ class ScheduleOptions:
             start_delay=duration_to_proto(self.start_delay), start_time=time_to_proto(self.start_at),
             priority=self.priority, fairness_key=self.fairness_key, fairness_weight=self.fairness_weight,
             concurrency_key=self.concurrency_key)
+        traceparent, tracestate = _tracing.wire(self.traceparent, self.tracestate)
+        if traceparent or tracestate:
+            req.trace_context.traceparent, req.trace_context.tracestate = traceparent, tracestate
+        return req
 
 
 @dataclass
@@ -407,9 +420,12 @@ class Client:
                              task_queue: str = "", id_reuse: Optional[IDReuse] = None,
                              start_delay: Optional[Duration] = None, start_at: Optional[dt.datetime] = None,
                              priority: int = 0, fairness_key: str = "", fairness_weight: int = 0,
-                             concurrency_key: str = "", timeout: Optional[float] = None) -> WorkflowHandle:
+                             concurrency_key: str = "", traceparent: str = "", tracestate: str = "",
+                             timeout: Optional[float] = None) -> WorkflowHandle:
         """Durably starts a run of ``workflow_type`` with ``input`` and returns once the
-        server has recorded it. With ``id`` it is idempotent while the run is open."""
+        server has recorded it. With ``id`` it is idempotent while the run is open.
+        ``traceparent`` and ``tracestate`` are the W3C trace context the run and its steps'
+        activities join, as in :class:`ScheduleOptions`."""
         op = f"start workflow {workflow_type} in {namespace!r}"
         try:
             data = _payload.encode(input)
@@ -420,6 +436,9 @@ class Client:
             id_reuse=typing.cast(Any, int(id_reuse) if id_reuse is not None else 0), start_delay=duration_to_proto(start_delay),
             start_time=time_to_proto(start_at), priority=priority, fairness_key=fairness_key,
             fairness_weight=fairness_weight, concurrency_key=concurrency_key)
+        traceparent, tracestate = _tracing.wire(traceparent, tracestate)
+        if traceparent or tracestate:
+            req.trace_context.traceparent, req.trace_context.tracestate = traceparent, tracestate
         resp = await self._call(op, self._workflows.Start, req, timeout)
         run = Run.from_proto(resp.run)
         return WorkflowHandle(namespace=run.namespace, workflow_id=run.workflow_id, run_id=run.run_id,

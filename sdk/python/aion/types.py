@@ -251,6 +251,9 @@ class Activity:
     concurrency_key: str
     schedule_id: str
     schedule_time: Optional[dt.datetime]
+    #: The W3C trace context the activity's spans join; empty when it has none.
+    traceparent: str = ""
+    tracestate: str = ""
 
     def result_value(self, into: Any = None) -> Any:
         """The result decoded as JSON (into ``into`` when given); see :mod:`aion.payload`."""
@@ -284,6 +287,7 @@ class Activity:
             last_heartbeat_details=bytes(p.last_heartbeat_details), payload_size=p.payload_size,
             priority=p.priority, fairness_key=p.fairness_key, fairness_weight=p.fairness_weight,
             concurrency_key=p.concurrency_key, schedule_id=p.schedule_id, schedule_time=_time(p, "schedule_time"),
+            traceparent=p.trace_context.traceparent, tracestate=p.trace_context.tracestate,
         )
 
 
@@ -334,6 +338,9 @@ class Run:
     next_run_id: str
     priority: int
     pending_steps: List[PendingStep]
+    #: The W3C trace context the run's spans and its steps' activities join; empty when none.
+    traceparent: str = ""
+    tracestate: str = ""
 
     def result_value(self, into: Any = None) -> Any:
         """The result decoded as JSON (into ``into`` when given)."""
@@ -353,6 +360,7 @@ class Run:
                                        name=s.name, activity_id=s.activity_id, attempt=s.attempt,
                                        worker_id=s.worker_id, fire_time=_time(s, "fire_time"),
                                        child_workflow_id=s.child_workflow_id) for s in p.pending_steps],
+            traceparent=p.trace_context.traceparent, tracestate=p.trace_context.tracestate,
         )
 
 

@@ -62,6 +62,7 @@ import grpc.aio
 from . import _conn
 from . import activity as _act
 from . import payload as _payload
+from . import tracing as _tracing
 from ._gen.v1 import common_pb2, worker_pb2, worker_pb2_grpc, workflow_pb2
 from .errors import (ActivityCanceled, ActivityError, AttemptStale, CancelCause, DeadlineExceeded, WorkerGaveUp,
                      WorkerRefused, WorkerStopping, error_type)
@@ -222,6 +223,10 @@ class Worker:
         cancelled with :class:`aion.errors.WorkerStopping`; then the worker waits at most
         10 s more for the server's acknowledgements.
     :param exit_on_drain: return after a server's drain instead of reconnecting.
+    :param tracer_provider: the OpenTelemetry tracer provider of the attempts' spans; None
+        uses the global one. Spans are made only when the ``opentelemetry`` package is
+        importable (see :mod:`aion.tracing`); the handler sees the task's trace context as
+        :attr:`aion.activity.ActivityInfo.traceparent` either way.
     """
 
     def __init__(self, address: str, *, namespaces: Sequence[str], task_queue: str = "", node: str = "",
@@ -229,7 +234,7 @@ class Worker:
                  token: Optional[str] = None, credentials: Optional[grpc.ChannelCredentials] = None,
                  min_backoff: float = 0.1, max_backoff: float = 30.0, stop_timeout: float = 30.0,
                  exit_on_drain: bool = False, logger: Optional[logging.Logger] = None,
-                 channel_options: Sequence[Tuple[str, object]] = ()) -> None:
+                 channel_options: Sequence[Tuple[str, object]] = (), tracer_provider: Optional[Any] = None) -> None:
         self._addresses = _conn.addresses(address)
         if isinstance(namespaces, str):
             raise TypeError("aion worker: namespaces is a list of names, not one string")
@@ -267,6 +272,7 @@ class Worker:
         self._channel_options = channel_options
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._log = logger or logging.getLogger("aion.worker")
+        self._tracer_provider = tracer_provider
         self._handlers: Dict[str, _Handler] = {}
         self._started = False
 
@@ -894,7 +900,8 @@ class Worker:
             started_time=ts("started_time"), deadline=ts("deadline"),
             start_to_close_timeout=t.start_to_close_timeout.ToTimedelta() if t.HasField(
                 "start_to_close_timeout") else None,
-            heartbeat_timeout=hb, worker_id=self._worker_id, workflow_id=t.workflow_id, run_id=t.run_id, step=t.step)
+            heartbeat_timeout=hb, worker_id=self._worker_id, workflow_id=t.workflow_id, run_id=t.run_id, step=t.step,
+            traceparent=t.trace_context.traceparent, tracestate=t.trace_context.tracestate)
         assert self._loop is not None
         a = _act._Attempt(self, k, info, bytes(t.last_heartbeat_details),
                           hb.total_seconds() if hb else None, h.is_async if h else True, self._loop)
@@ -915,6 +922,8 @@ class Worker:
         start = loop.time()
         out: Optional[bytes] = None
         exc: Optional[BaseException] = None
+        span = _tracing.start_attempt(self._tracer_provider, SDK_VERSION, a.info.traceparent, a.info.tracestate,
+                                      _span_attributes(a.info))
         try:
             # The slot guard: the server never sends more than slots attempts at once, but a
             # worker must not trust that blindly.
@@ -924,7 +933,7 @@ class Worker:
                     raise ActivityError("activity_type_not_registered",
                                         f"activity type {a.info.activity_type!r} is not registered on this worker",
                                         retryable=False)
-                out = await self._call(a, h, data)
+                out = await self._call(a, h, data, span)
             finally:
                 self._sem.release()
         except BaseException as e:  # the handler's failure, or its cancellation
@@ -938,6 +947,12 @@ class Worker:
             self._log.warning("aion worker: interventions the handler did not acknowledge were declined "
                               "(activity %s): %d", _key_str(a.key), n)
         res = _build_result(a, out, exc)
+        if span is not None:
+            outcome = res.WhichOneof("outcome") or "failed"
+            span.end(outcome, res.failed.type, res.failed.message)
+            traceparent, tracestate = span.trace_context()
+            if traceparent:
+                res.trace_context.traceparent, res.trace_context.tracestate = traceparent, tracestate
         self._log.debug("aion worker: attempt finished %s type %s outcome %s in %.3fs", _key_str(a.key),
                         a.info.activity_type, res.WhichOneof("outcome"), loop.time() - start)
         self._running.pop(a.key, None)
@@ -948,18 +963,22 @@ class Worker:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise exc
 
-    async def _call(self, a: _act._Attempt, h: _Handler, data: bytes) -> bytes:
+    async def _call(self, a: _act._Attempt, h: _Handler, data: bytes, span: Optional[_tracing.AttemptSpan]) -> bytes:
         arg = h.decode(data)
         args = (arg,) if h.takes_input else ()
         if h.is_async:
             token = _act._current.set(a)
+            current = span.attach() if span is not None else None
             try:
                 value = await h.fn(*args)
             finally:
+                if span is not None:
+                    span.detach(current)
                 _act._current.reset(token)
         else:
             loop = asyncio.get_running_loop()
-            fut = loop.run_in_executor(self._executor, _act._run_in_context, a, h.fn, *args)
+            fn = h.fn if span is None else _in_span(span, h.fn)
+            fut = loop.run_in_executor(self._executor, _act._run_in_context, a, fn, *args)
             # A thread cannot be interrupted: the attempt waits for it whatever happens, and a
             # cancel only sets the flag the handler polls.
             value = await asyncio.shield(fut) if not fut.done() else fut.result()
@@ -986,6 +1005,29 @@ def _ping_interval(ack: worker_pb2.RegisterAck) -> float:
     if ack.HasField("heartbeat_window") and ack.heartbeat_window.ToTimedelta().total_seconds() > 0:
         return max(float(ack.heartbeat_window.ToTimedelta().total_seconds()) / 3, 0.01)
     return 5.0
+
+
+def _span_attributes(info: _act.ActivityInfo) -> Dict[str, Any]:
+    """What an attempt's span says of it (the names the Go SDK and the server use)."""
+    attrs: Dict[str, Any] = {"aion.namespace": info.namespace, "aion.activity.id": info.activity_id,
+                             "aion.activity.type": info.activity_type, "aion.task_queue": info.task_queue,
+                             "aion.attempt": info.attempt}
+    if info.workflow_id:
+        attrs.update({"aion.workflow.id": info.workflow_id, "aion.run.id": info.run_id, "aion.step": info.step})
+    return attrs
+
+
+def _in_span(span: _tracing.AttemptSpan, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, run with span current in the thread that runs it."""
+
+    def run(*args: Any) -> Any:
+        token = span.attach()
+        try:
+            return fn(*args)
+        finally:
+            span.detach(token)
+
+    return run
 
 
 def _build_result(a: _act._Attempt, out: Optional[bytes], exc: Optional[BaseException]) -> worker_pb2.ActivityResult:

@@ -1,5 +1,6 @@
-"""A Python worker process for the process-level tests: echo, and sleep (heartbeating its
-progress; a retry resumes from it). It runs until SIGTERM (graceful drain) or SIGKILL."""
+"""A Python worker process for the process-level tests: echo, sleep (heartbeating its
+progress; a retry resumes from it) and trace-echo (returns the trace context its attempt
+carries). It runs until SIGTERM (graceful drain) or SIGKILL."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def main() -> None:
             done += step
             activity.heartbeat(done)
         return {"slept_ms": ms, "by": "python", "worker_id": activity.info().worker_id}
+
+    @w.activity("trace-echo")
+    async def trace_echo(_: object) -> list:
+        info = activity.info()
+        return [info.traceparent, info.tracestate]
 
     w.run_sync()
 

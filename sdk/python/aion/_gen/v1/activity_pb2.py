@@ -17,7 +17,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61ion/v1/activity.proto\x12\x07\x61ion.v1\x1a\x14\x61ion/v1/common.proto\x1a\x1a\x61ion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"+\n\nWhyRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xa1\x02\n\x0bWhyResponse\x12%\n\x05state\x18\x01 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x05 \x01(\r\x12\x0f\n\x07workers\x18\x06 \x01(\r\x12\x10\n\x08\x65ligible\x18\x07 \x01(\r\x12\x12\n\nfree_slots\x18\x08 \x01(\r\x12\r\n\x05nodes\x18\t \x03(\t\x12\x11\n\tworker_id\x18\n \x01(\x04\x12\x17\n\x0f\x63oncurrency_key\x18\x0b \x01(\t\x12\x0f\n\x07running\x18\x0c \x01(\r\x12\r\n\x05limit\x18\r \x01(\r\"\xba\x07\n\x08\x41\x63tivity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12\x0e\n\x06result\x18\t \x01(\x0c\x12!\n\x07\x66\x61ilure\x18\n \x01(\x0b\x32\x10.aion.v1.Failure\x12<\n\x19schedule_to_start_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x0cretry_policy\x18\x0f \x01(\x0b\x32\x14.aion.v1.RetryPolicy\x12\x32\n\x0escheduled_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cstarted_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63losed_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x08\x61ttempts\x18\x13 \x03(\x0b\x32\x10.aion.v1.Attempt\x12\x1e\n\x16last_heartbeat_details\x18\x14 \x01(\x0c\x12\x14\n\x0cpayload_size\x18\x15 \x01(\x04\x12.\n\nready_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x17 \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x18 \x01(\t\x12\x17\n\x0f\x66\x61irness_weight\x18\x19 \x01(\x05\x12\x17\n\x0f\x63oncurrency_key\x18\x1a \x01(\t\x12\x13\n\x0bschedule_id\x18\x1b \x01(\t\x12\x31\n\rschedule_time\x18\x1c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe9\x01\n\x07\x41ttempt\x12\x0e\n\x06number\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x30\n\x0cstarted_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nended_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x07outcome\x18\x06 \x01(\x0e\x32\x17.aion.v1.AttemptOutcome\x12!\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x10.aion.v1.Failure\"\xcd\x04\n\x0fScheduleRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x0c\n\x04node\x18\x06 \x01(\t\x12<\n\x19schedule_to_start_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x0cretry_policy\x18\x0b \x01(\x0b\x32\x14.aion.v1.RetryPolicy\x12.\n\x0bstart_delay\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\nstart_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x0e \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x0f \x01(\t\x12\x17\n\x0f\x66\x61irness_weight\x18\x10 \x01(\x05\x12\x17\n\x0f\x63oncurrency_key\x18\x11 \x01(\t\"I\n\x10ScheduleResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\"B\n\x14ScheduleBatchRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.aion.v1.ScheduleRequest\"F\n\x15ScheduleBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.aion.v1.ScheduleBatchResult\"z\n\x13ScheduleBatchResult\x12%\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.ActivityH\x00\x12 \n\x05\x65rror\x18\x02 \x01(\x0b\x32\x0f.aion.v1.StatusH\x00\x12\x10\n\x08\x65xisting\x18\x03 \x01(\x08\x42\x08\n\x06result\"3\n\x12GetActivityRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\":\n\x13GetActivityResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\",\n\x0bWaitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"3\n\x0cWaitResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\">\n\rCancelRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"5\n\x0e\x43\x61ncelResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\"\xa9\x01\n\x15ListActivitiesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x15\n\ractivity_type\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x18\n\x10include_payloads\x18\x06 \x01(\x08\"X\n\x16ListActivitiesResponse\x12%\n\nactivities\x18\x01 \x03(\x0b\x32\x11.aion.v1.Activity\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"q\n\x10InterveneRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12-\n\x07\x63ommand\x18\x04 \x01(\x0b\x32\x1c.aion.v1.InterventionCommand\"l\n\x11InterveneResponse\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.aion.v1.InterventionOutcome\x12\x17\n\x0fintervention_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r*\xdd\x01\n\rActivityState\x12\x1e\n\x1a\x41\x43TIVITY_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x43TIVITY_STATE_SCHEDULED\x10\x01\x12\x1a\n\x16\x41\x43TIVITY_STATE_RUNNING\x10\x02\x12\x1c\n\x18\x41\x43TIVITY_STATE_COMPLETED\x10\x03\x12\x19\n\x15\x41\x43TIVITY_STATE_FAILED\x10\x04\x12\x1b\n\x17\x41\x43TIVITY_STATE_CANCELED\x10\x05\x12\x1c\n\x18\x41\x43TIVITY_STATE_TIMED_OUT\x10\x06*\xc6\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_RUNNING\x10\x01\x12\x1d\n\x19\x41TTEMPT_OUTCOME_COMPLETED\x10\x02\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x03\x12\x1c\n\x18\x41TTEMPT_OUTCOME_CANCELED\x10\x04\x12\x1d\n\x19\x41TTEMPT_OUTCOME_TIMED_OUT\x10\x05*\xb9\x01\n\x13InterventionOutcome\x12$\n INTERVENTION_OUTCOME_UNSPECIFIED\x10\x00\x12\"\n\x1eINTERVENTION_OUTCOME_DELIVERED\x10\x01\x12%\n!INTERVENTION_OUTCOME_STALE_TARGET\x10\x02\x12\x31\n-INTERVENTION_OUTCOME_CAPABILITY_NOT_SUPPORTED\x10\x03\x32\x93\x04\n\x0f\x41\x63tivityService\x12?\n\x08Schedule\x12\x18.aion.v1.ScheduleRequest\x1a\x19.aion.v1.ScheduleResponse\x12N\n\rScheduleBatch\x12\x1d.aion.v1.ScheduleBatchRequest\x1a\x1e.aion.v1.ScheduleBatchResponse\x12@\n\x03Get\x12\x1b.aion.v1.GetActivityRequest\x1a\x1c.aion.v1.GetActivityResponse\x12\x33\n\x04Wait\x12\x14.aion.v1.WaitRequest\x1a\x15.aion.v1.WaitResponse\x12\x39\n\x06\x43\x61ncel\x12\x16.aion.v1.CancelRequest\x1a\x17.aion.v1.CancelResponse\x12G\n\x04List\x12\x1e.aion.v1.ListActivitiesRequest\x1a\x1f.aion.v1.ListActivitiesResponse\x12\x42\n\tIntervene\x12\x19.aion.v1.InterveneRequest\x1a\x1a.aion.v1.InterveneResponse\x12\x30\n\x03Why\x12\x13.aion.v1.WhyRequest\x1a\x14.aion.v1.WhyResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61ion/v1/activity.proto\x12\x07\x61ion.v1\x1a\x14\x61ion/v1/common.proto\x1a\x1a\x61ion/v1/intervention.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"+\n\nWhyRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xa1\x02\n\x0bWhyResponse\x12%\n\x05state\x18\x01 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x05 \x01(\r\x12\x0f\n\x07workers\x18\x06 \x01(\r\x12\x10\n\x08\x65ligible\x18\x07 \x01(\r\x12\x12\n\nfree_slots\x18\x08 \x01(\r\x12\r\n\x05nodes\x18\t \x03(\t\x12\x11\n\tworker_id\x18\n \x01(\x04\x12\x17\n\x0f\x63oncurrency_key\x18\x0b \x01(\t\x12\x0f\n\x07running\x18\x0c \x01(\r\x12\r\n\x05limit\x18\r \x01(\r\"\xe8\x07\n\x08\x41\x63tivity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12\x0e\n\x06result\x18\t \x01(\x0c\x12!\n\x07\x66\x61ilure\x18\n \x01(\x0b\x32\x10.aion.v1.Failure\x12<\n\x19schedule_to_start_timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x0cretry_policy\x18\x0f \x01(\x0b\x32\x14.aion.v1.RetryPolicy\x12\x32\n\x0escheduled_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cstarted_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63losed_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x08\x61ttempts\x18\x13 \x03(\x0b\x32\x10.aion.v1.Attempt\x12\x1e\n\x16last_heartbeat_details\x18\x14 \x01(\x0c\x12\x14\n\x0cpayload_size\x18\x15 \x01(\x04\x12.\n\nready_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x17 \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x18 \x01(\t\x12\x17\n\x0f\x66\x61irness_weight\x18\x19 \x01(\x05\x12\x17\n\x0f\x63oncurrency_key\x18\x1a \x01(\t\x12\x13\n\x0bschedule_id\x18\x1b \x01(\t\x12\x31\n\rschedule_time\x18\x1c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\rtrace_context\x18\x1d \x01(\x0b\x32\x15.aion.v1.TraceContext\"\xe9\x01\n\x07\x41ttempt\x12\x0e\n\x06number\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\x04\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x30\n\x0cstarted_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nended_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x07outcome\x18\x06 \x01(\x0e\x32\x17.aion.v1.AttemptOutcome\x12!\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x10.aion.v1.Failure\"\xfb\x04\n\x0fScheduleRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x0c\n\x04node\x18\x06 \x01(\t\x12<\n\x19schedule_to_start_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x0cretry_policy\x18\x0b \x01(\x0b\x32\x14.aion.v1.RetryPolicy\x12.\n\x0bstart_delay\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\nstart_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x0e \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x0f \x01(\t\x12\x17\n\x0f\x66\x61irness_weight\x18\x10 \x01(\x05\x12\x17\n\x0f\x63oncurrency_key\x18\x11 \x01(\t\x12,\n\rtrace_context\x18\x12 \x01(\x0b\x32\x15.aion.v1.TraceContext\"I\n\x10ScheduleResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\"B\n\x14ScheduleBatchRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.aion.v1.ScheduleRequest\"F\n\x15ScheduleBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.aion.v1.ScheduleBatchResult\"z\n\x13ScheduleBatchResult\x12%\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.ActivityH\x00\x12 \n\x05\x65rror\x18\x02 \x01(\x0b\x32\x0f.aion.v1.StatusH\x00\x12\x10\n\x08\x65xisting\x18\x03 \x01(\x08\x42\x08\n\x06result\"3\n\x12GetActivityRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\":\n\x13GetActivityResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\",\n\x0bWaitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"3\n\x0cWaitResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\">\n\rCancelRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"5\n\x0e\x43\x61ncelResponse\x12#\n\x08\x61\x63tivity\x18\x01 \x01(\x0b\x32\x11.aion.v1.Activity\"\xa9\x01\n\x15ListActivitiesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.aion.v1.ActivityState\x12\x15\n\ractivity_type\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x18\n\x10include_payloads\x18\x06 \x01(\x08\"X\n\x16ListActivitiesResponse\x12%\n\nactivities\x18\x01 \x03(\x0b\x32\x11.aion.v1.Activity\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"q\n\x10InterveneRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12-\n\x07\x63ommand\x18\x04 \x01(\x0b\x32\x1c.aion.v1.InterventionCommand\"l\n\x11InterveneResponse\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.aion.v1.InterventionOutcome\x12\x17\n\x0fintervention_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r*\xdd\x01\n\rActivityState\x12\x1e\n\x1a\x41\x43TIVITY_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x43TIVITY_STATE_SCHEDULED\x10\x01\x12\x1a\n\x16\x41\x43TIVITY_STATE_RUNNING\x10\x02\x12\x1c\n\x18\x41\x43TIVITY_STATE_COMPLETED\x10\x03\x12\x19\n\x15\x41\x43TIVITY_STATE_FAILED\x10\x04\x12\x1b\n\x17\x41\x43TIVITY_STATE_CANCELED\x10\x05\x12\x1c\n\x18\x41\x43TIVITY_STATE_TIMED_OUT\x10\x06*\xc6\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_RUNNING\x10\x01\x12\x1d\n\x19\x41TTEMPT_OUTCOME_COMPLETED\x10\x02\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x03\x12\x1c\n\x18\x41TTEMPT_OUTCOME_CANCELED\x10\x04\x12\x1d\n\x19\x41TTEMPT_OUTCOME_TIMED_OUT\x10\x05*\xb9\x01\n\x13InterventionOutcome\x12$\n INTERVENTION_OUTCOME_UNSPECIFIED\x10\x00\x12\"\n\x1eINTERVENTION_OUTCOME_DELIVERED\x10\x01\x12%\n!INTERVENTION_OUTCOME_STALE_TARGET\x10\x02\x12\x31\n-INTERVENTION_OUTCOME_CAPABILITY_NOT_SUPPORTED\x10\x03\x32\x93\x04\n\x0f\x41\x63tivityService\x12?\n\x08Schedule\x12\x18.aion.v1.ScheduleRequest\x1a\x19.aion.v1.ScheduleResponse\x12N\n\rScheduleBatch\x12\x1d.aion.v1.ScheduleBatchRequest\x1a\x1e.aion.v1.ScheduleBatchResponse\x12@\n\x03Get\x12\x1b.aion.v1.GetActivityRequest\x1a\x1c.aion.v1.GetActivityResponse\x12\x33\n\x04Wait\x12\x14.aion.v1.WaitRequest\x1a\x15.aion.v1.WaitResponse\x12\x39\n\x06\x43\x61ncel\x12\x16.aion.v1.CancelRequest\x1a\x17.aion.v1.CancelResponse\x12G\n\x04List\x12\x1e.aion.v1.ListActivitiesRequest\x1a\x1f.aion.v1.ListActivitiesResponse\x12\x42\n\tIntervene\x12\x19.aion.v1.InterveneRequest\x1a\x1a.aion.v1.InterveneResponse\x12\x30\n\x03Why\x12\x13.aion.v1.WhyRequest\x1a\x14.aion.v1.WhyResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aion.v1.activity_pb2', globals())
@@ -25,50 +25,50 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z+github.com/aion-run/aion/gen/aion/v1;aionv1'
-  _ACTIVITYSTATE._serialized_start=3430
-  _ACTIVITYSTATE._serialized_end=3651
-  _ATTEMPTOUTCOME._serialized_start=3654
-  _ATTEMPTOUTCOME._serialized_end=3852
-  _INTERVENTIONOUTCOME._serialized_start=3855
-  _INTERVENTIONOUTCOME._serialized_end=4040
+  _ACTIVITYSTATE._serialized_start=3522
+  _ACTIVITYSTATE._serialized_end=3743
+  _ATTEMPTOUTCOME._serialized_start=3746
+  _ATTEMPTOUTCOME._serialized_end=3944
+  _INTERVENTIONOUTCOME._serialized_start=3947
+  _INTERVENTIONOUTCOME._serialized_end=4132
   _WHYREQUEST._serialized_start=150
   _WHYREQUEST._serialized_end=193
   _WHYRESPONSE._serialized_start=196
   _WHYRESPONSE._serialized_end=485
   _ACTIVITY._serialized_start=488
-  _ACTIVITY._serialized_end=1442
-  _ATTEMPT._serialized_start=1445
-  _ATTEMPT._serialized_end=1678
-  _SCHEDULEREQUEST._serialized_start=1681
-  _SCHEDULEREQUEST._serialized_end=2270
-  _SCHEDULERESPONSE._serialized_start=2272
-  _SCHEDULERESPONSE._serialized_end=2345
-  _SCHEDULEBATCHREQUEST._serialized_start=2347
-  _SCHEDULEBATCHREQUEST._serialized_end=2413
-  _SCHEDULEBATCHRESPONSE._serialized_start=2415
-  _SCHEDULEBATCHRESPONSE._serialized_end=2485
-  _SCHEDULEBATCHRESULT._serialized_start=2487
-  _SCHEDULEBATCHRESULT._serialized_end=2609
-  _GETACTIVITYREQUEST._serialized_start=2611
-  _GETACTIVITYREQUEST._serialized_end=2662
-  _GETACTIVITYRESPONSE._serialized_start=2664
-  _GETACTIVITYRESPONSE._serialized_end=2722
-  _WAITREQUEST._serialized_start=2724
-  _WAITREQUEST._serialized_end=2768
-  _WAITRESPONSE._serialized_start=2770
-  _WAITRESPONSE._serialized_end=2821
-  _CANCELREQUEST._serialized_start=2823
-  _CANCELREQUEST._serialized_end=2885
-  _CANCELRESPONSE._serialized_start=2887
-  _CANCELRESPONSE._serialized_end=2940
-  _LISTACTIVITIESREQUEST._serialized_start=2943
-  _LISTACTIVITIESREQUEST._serialized_end=3112
-  _LISTACTIVITIESRESPONSE._serialized_start=3114
-  _LISTACTIVITIESRESPONSE._serialized_end=3202
-  _INTERVENEREQUEST._serialized_start=3204
-  _INTERVENEREQUEST._serialized_end=3317
-  _INTERVENERESPONSE._serialized_start=3319
-  _INTERVENERESPONSE._serialized_end=3427
-  _ACTIVITYSERVICE._serialized_start=4043
-  _ACTIVITYSERVICE._serialized_end=4574
+  _ACTIVITY._serialized_end=1488
+  _ATTEMPT._serialized_start=1491
+  _ATTEMPT._serialized_end=1724
+  _SCHEDULEREQUEST._serialized_start=1727
+  _SCHEDULEREQUEST._serialized_end=2362
+  _SCHEDULERESPONSE._serialized_start=2364
+  _SCHEDULERESPONSE._serialized_end=2437
+  _SCHEDULEBATCHREQUEST._serialized_start=2439
+  _SCHEDULEBATCHREQUEST._serialized_end=2505
+  _SCHEDULEBATCHRESPONSE._serialized_start=2507
+  _SCHEDULEBATCHRESPONSE._serialized_end=2577
+  _SCHEDULEBATCHRESULT._serialized_start=2579
+  _SCHEDULEBATCHRESULT._serialized_end=2701
+  _GETACTIVITYREQUEST._serialized_start=2703
+  _GETACTIVITYREQUEST._serialized_end=2754
+  _GETACTIVITYRESPONSE._serialized_start=2756
+  _GETACTIVITYRESPONSE._serialized_end=2814
+  _WAITREQUEST._serialized_start=2816
+  _WAITREQUEST._serialized_end=2860
+  _WAITRESPONSE._serialized_start=2862
+  _WAITRESPONSE._serialized_end=2913
+  _CANCELREQUEST._serialized_start=2915
+  _CANCELREQUEST._serialized_end=2977
+  _CANCELRESPONSE._serialized_start=2979
+  _CANCELRESPONSE._serialized_end=3032
+  _LISTACTIVITIESREQUEST._serialized_start=3035
+  _LISTACTIVITIESREQUEST._serialized_end=3204
+  _LISTACTIVITIESRESPONSE._serialized_start=3206
+  _LISTACTIVITIESRESPONSE._serialized_end=3294
+  _INTERVENEREQUEST._serialized_start=3296
+  _INTERVENEREQUEST._serialized_end=3409
+  _INTERVENERESPONSE._serialized_start=3411
+  _INTERVENERESPONSE._serialized_end=3519
+  _ACTIVITYSERVICE._serialized_start=4135
+  _ACTIVITYSERVICE._serialized_end=4666
 # @@protoc_insertion_point(module_scope)

@@ -28,7 +28,7 @@ INTERVENTION_OUTCOME_STALE_TARGET: InterventionOutcome
 INTERVENTION_OUTCOME_UNSPECIFIED: InterventionOutcome
 
 class Activity(_message.Message):
-    __slots__ = ["activity_type", "attempt", "attempts", "closed_time", "concurrency_key", "failure", "fairness_key", "fairness_weight", "heartbeat_timeout", "id", "last_heartbeat_details", "namespace", "node", "payload", "payload_size", "priority", "ready_time", "result", "retry_policy", "schedule_id", "schedule_time", "schedule_to_close_timeout", "schedule_to_start_timeout", "scheduled_time", "start_to_close_timeout", "started_time", "state", "task_queue"]
+    __slots__ = ["activity_type", "attempt", "attempts", "closed_time", "concurrency_key", "failure", "fairness_key", "fairness_weight", "heartbeat_timeout", "id", "last_heartbeat_details", "namespace", "node", "payload", "payload_size", "priority", "ready_time", "result", "retry_policy", "schedule_id", "schedule_time", "schedule_to_close_timeout", "schedule_to_start_timeout", "scheduled_time", "start_to_close_timeout", "started_time", "state", "task_queue", "trace_context"]
     ACTIVITY_TYPE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class Activity(_message.Message):
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     activity_type: str
     attempt: int
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
@@ -85,7 +86,8 @@ class Activity(_message.Message):
     started_time: _timestamp_pb2.Timestamp
     state: ActivityState
     task_queue: str
-    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., node: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[ActivityState, str]] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., schedule_to_start_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., schedule_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., scheduled_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., closed_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., last_heartbeat_details: _Optional[bytes] = ..., payload_size: _Optional[int] = ..., ready_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    trace_context: _common_pb2.TraceContext
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., node: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[ActivityState, str]] = ..., attempt: _Optional[int] = ..., result: _Optional[bytes] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., schedule_to_start_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., schedule_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., scheduled_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., closed_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., last_heartbeat_details: _Optional[bytes] = ..., payload_size: _Optional[int] = ..., ready_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ["ended_time", "failure", "node", "number", "outcome", "started_time", "worker_id"]
@@ -204,7 +206,7 @@ class ScheduleBatchResult(_message.Message):
     def __init__(self, activity: _Optional[_Union[Activity, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., existing: bool = ...) -> None: ...
 
 class ScheduleRequest(_message.Message):
-    __slots__ = ["activity_type", "concurrency_key", "fairness_key", "fairness_weight", "heartbeat_timeout", "id", "namespace", "node", "payload", "priority", "retry_policy", "schedule_to_close_timeout", "schedule_to_start_timeout", "start_delay", "start_time", "start_to_close_timeout", "task_queue"]
+    __slots__ = ["activity_type", "concurrency_key", "fairness_key", "fairness_weight", "heartbeat_timeout", "id", "namespace", "node", "payload", "priority", "retry_policy", "schedule_to_close_timeout", "schedule_to_start_timeout", "start_delay", "start_time", "start_to_close_timeout", "task_queue", "trace_context"]
     ACTIVITY_TYPE_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +224,7 @@ class ScheduleRequest(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     activity_type: str
     concurrency_key: str
     fairness_key: str
@@ -239,7 +242,8 @@ class ScheduleRequest(_message.Message):
     start_time: _timestamp_pb2.Timestamp
     start_to_close_timeout: _duration_pb2.Duration
     task_queue: str
-    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., payload: _Optional[bytes] = ..., node: _Optional[str] = ..., schedule_to_start_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., schedule_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., start_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
+    trace_context: _common_pb2.TraceContext
+    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., payload: _Optional[bytes] = ..., node: _Optional[str] = ..., schedule_to_start_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., schedule_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., start_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class ScheduleResponse(_message.Message):
     __slots__ = ["activity", "existing"]

@@ -43,23 +43,25 @@ class ActivityHeartbeat(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., activity_id: _Optional[str] = ..., attempt: _Optional[int] = ..., details: _Optional[bytes] = ...) -> None: ...
 
 class ActivityResult(_message.Message):
-    __slots__ = ["activity_id", "attempt", "canceled", "completed", "failed", "namespace"]
+    __slots__ = ["activity_id", "attempt", "canceled", "completed", "failed", "namespace", "trace_context"]
     ACTIVITY_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CANCELED_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     activity_id: str
     attempt: int
     canceled: ActivityCanceled
     completed: ActivityCompleted
     failed: _common_pb2.Failure
     namespace: str
-    def __init__(self, namespace: _Optional[str] = ..., activity_id: _Optional[str] = ..., attempt: _Optional[int] = ..., completed: _Optional[_Union[ActivityCompleted, _Mapping]] = ..., failed: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., canceled: _Optional[_Union[ActivityCanceled, _Mapping]] = ...) -> None: ...
+    trace_context: _common_pb2.TraceContext
+    def __init__(self, namespace: _Optional[str] = ..., activity_id: _Optional[str] = ..., attempt: _Optional[int] = ..., completed: _Optional[_Union[ActivityCompleted, _Mapping]] = ..., failed: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., canceled: _Optional[_Union[ActivityCanceled, _Mapping]] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class ActivityTask(_message.Message):
-    __slots__ = ["activity_id", "activity_type", "attempt", "deadline", "heartbeat_timeout", "last_heartbeat_details", "namespace", "node", "payload", "run_id", "scheduled_time", "start_to_close_timeout", "started_time", "step", "task_queue", "workflow_id"]
+    __slots__ = ["activity_id", "activity_type", "attempt", "deadline", "heartbeat_timeout", "last_heartbeat_details", "namespace", "node", "payload", "run_id", "scheduled_time", "start_to_close_timeout", "started_time", "step", "task_queue", "trace_context", "workflow_id"]
     ACTIVITY_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_TYPE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +77,7 @@ class ActivityTask(_message.Message):
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     activity_id: str
     activity_type: str
@@ -91,8 +94,9 @@ class ActivityTask(_message.Message):
     started_time: _timestamp_pb2.Timestamp
     step: int
     task_queue: str
+    trace_context: _common_pb2.TraceContext
     workflow_id: str
-    def __init__(self, namespace: _Optional[str] = ..., activity_id: _Optional[str] = ..., attempt: _Optional[int] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., payload: _Optional[bytes] = ..., node: _Optional[str] = ..., scheduled_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_details: _Optional[bytes] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., activity_id: _Optional[str] = ..., attempt: _Optional[int] = ..., task_queue: _Optional[str] = ..., activity_type: _Optional[str] = ..., payload: _Optional[bytes] = ..., node: _Optional[str] = ..., scheduled_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., start_to_close_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., heartbeat_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_details: _Optional[bytes] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step: _Optional[int] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class CancelActivity(_message.Message):
     __slots__ = ["activity_id", "attempt", "namespace", "reason"]

@@ -311,7 +311,7 @@ class RecordSideEffectCommand(_message.Message):
     def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["build_id", "close_time", "concurrency_key", "failure", "fairness_key", "fairness_weight", "history_length", "input", "namespace", "next_run_id", "parent_run_id", "parent_workflow_id", "pending_steps", "priority", "result", "run_id", "schedule_id", "schedule_time", "start_time", "status", "task_failure", "task_queue", "workflow_id", "workflow_type"]
+    __slots__ = ["build_id", "close_time", "concurrency_key", "failure", "fairness_key", "fairness_weight", "history_length", "input", "namespace", "next_run_id", "parent_run_id", "parent_workflow_id", "pending_steps", "priority", "result", "run_id", "schedule_id", "schedule_time", "start_time", "status", "task_failure", "task_queue", "trace_context", "workflow_id", "workflow_type"]
     BUILD_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSE_TIME_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +334,7 @@ class Run(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TASK_FAILURE_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_TYPE_FIELD_NUMBER: _ClassVar[int]
     build_id: str
@@ -358,9 +359,10 @@ class Run(_message.Message):
     status: RunStatus
     task_failure: str
     task_queue: str
+    trace_context: _common_pb2.TraceContext
     workflow_id: str
     workflow_type: str
-    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., build_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., input: _Optional[bytes] = ..., result: _Optional[bytes] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., history_length: _Optional[int] = ..., task_failure: _Optional[str] = ..., parent_workflow_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., next_run_id: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[PendingStep, _Mapping]]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., build_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., input: _Optional[bytes] = ..., result: _Optional[bytes] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., history_length: _Optional[int] = ..., task_failure: _Optional[str] = ..., parent_workflow_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., next_run_id: _Optional[str] = ..., pending_steps: _Optional[_Iterable[_Union[PendingStep, _Mapping]]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class ScheduleActivityCommand(_message.Message):
     __slots__ = ["activity_type", "input", "options", "step"]
@@ -437,7 +439,7 @@ class StartTimerCommand(_message.Message):
     def __init__(self, step: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
 
 class StartWorkflowRequest(_message.Message):
-    __slots__ = ["concurrency_key", "fairness_key", "fairness_weight", "id_reuse", "input", "namespace", "priority", "start_delay", "start_time", "task_queue", "workflow_id", "workflow_type"]
+    __slots__ = ["concurrency_key", "fairness_key", "fairness_weight", "id_reuse", "input", "namespace", "priority", "start_delay", "start_time", "task_queue", "trace_context", "workflow_id", "workflow_type"]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     FAIRNESS_WEIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +450,7 @@ class StartWorkflowRequest(_message.Message):
     START_DELAY_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_TYPE_FIELD_NUMBER: _ClassVar[int]
     concurrency_key: str
@@ -460,9 +463,10 @@ class StartWorkflowRequest(_message.Message):
     start_delay: _duration_pb2.Duration
     start_time: _timestamp_pb2.Timestamp
     task_queue: str
+    trace_context: _common_pb2.TraceContext
     workflow_id: str
     workflow_type: str
-    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., input: _Optional[bytes] = ..., id_reuse: _Optional[_Union[IDReusePolicy, str]] = ..., start_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., input: _Optional[bytes] = ..., id_reuse: _Optional[_Union[IDReusePolicy, str]] = ..., start_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., fairness_weight: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class StartWorkflowResponse(_message.Message):
     __slots__ = ["existing", "run"]
@@ -599,7 +603,7 @@ class WorkflowStarted(_message.Message):
     def __init__(self, workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., input: _Optional[bytes] = ..., parent_workflow_id: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., continued_from_run_id: _Optional[str] = ..., ready_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WorkflowTask(_message.Message):
-    __slots__ = ["events", "first_seq", "namespace", "queries", "query_only", "run_id", "task", "task_queue", "workflow_id", "workflow_type"]
+    __slots__ = ["events", "first_seq", "namespace", "queries", "query_only", "run_id", "task", "task_queue", "trace_context", "workflow_id", "workflow_type"]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -608,6 +612,7 @@ class WorkflowTask(_message.Message):
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     TASK_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_TYPE_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[HistoryEvent]
@@ -618,9 +623,10 @@ class WorkflowTask(_message.Message):
     run_id: str
     task: int
     task_queue: str
+    trace_context: _common_pb2.TraceContext
     workflow_id: str
     workflow_type: str
-    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., task: _Optional[int] = ..., events: _Optional[_Iterable[_Union[HistoryEvent, _Mapping]]] = ..., first_seq: _Optional[int] = ..., queries: _Optional[_Iterable[_Union[WorkflowQuery, _Mapping]]] = ..., query_only: bool = ...) -> None: ...
+    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., workflow_type: _Optional[str] = ..., task_queue: _Optional[str] = ..., task: _Optional[int] = ..., events: _Optional[_Iterable[_Union[HistoryEvent, _Mapping]]] = ..., first_seq: _Optional[int] = ..., queries: _Optional[_Iterable[_Union[WorkflowQuery, _Mapping]]] = ..., query_only: bool = ..., trace_context: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class WorkflowTaskAck(_message.Message):
     __slots__ = ["namespace", "refused", "run_id", "task"]
