@@ -142,8 +142,28 @@ type Deps struct {
 	// leaving (its lease could not be renewed in time, or was reaped). The
 	// server must then stop: the others are taking its work over.
 	Lost func(err error)
-	Log  *slog.Logger
+	// Observer is told of lease renewals that failed and of servers reaped
+	// after their lease ran out, for metrics; nil for none.
+	Observer Observer
+	Log      *slog.Logger
 }
+
+// Observer is told what happens to leases. Its methods must be quick.
+type Observer interface {
+	// RenewFailed: a renewal of this server's lease failed (it is tried
+	// again until three quarters of the lease have passed).
+	RenewFailed()
+	// LeaseLost: this server's membership ended without it leaving.
+	LeaseLost()
+	// Reaped: this server removed n servers whose lease ran out.
+	Reaped(n int)
+}
+
+type noObserver struct{}
+
+func (noObserver) RenewFailed() {}
+func (noObserver) LeaseLost()   {}
+func (noObserver) Reaped(int)   {}
 
 // Membership is this server's part in a cluster.
 type Membership struct {
@@ -186,6 +206,9 @@ type Membership struct {
 func New(d Deps) *Membership {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Observer == nil {
+		d.Observer = noObserver{}
 	}
 	return &Membership{
 		d:           d,
@@ -293,9 +316,12 @@ func (m *Membership) renew(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, store.ErrLeaseLost) || !time.Now().Before(deadline):
+			m.d.Observer.RenewFailed()
+			m.d.Observer.LeaseLost()
 			m.d.Lost(fmt.Errorf("cluster membership of server %q (%d) ended: %w", m.d.Self.Name, m.d.Self.ID, err))
 			return
 		default:
+			m.d.Observer.RenewFailed()
 			if !failing { // once per outage; the deadline decides the rest
 				m.log.Warn("renew cluster lease failed; retrying", "err", err,
 					"stop_in", time.Until(deadline).Round(time.Millisecond))
@@ -328,6 +354,9 @@ func (m *Membership) reap(ctx context.Context) {
 			continue
 		}
 		failing = false
+		if len(reaped) > 0 {
+			m.d.Observer.Reaped(len(reaped))
+		}
 		for _, r := range reaped {
 			m.log.Warn("server lost: its lease ran out", "server_name", r.Server.Name, "server_id", r.Server.ID,
 				"requeued_attempts", r.Requeued, "canceled", r.Canceled, "workers", len(r.Workers))

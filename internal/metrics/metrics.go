@@ -59,6 +59,8 @@ type Metrics struct {
 	scheduleFires  *prometheus.CounterVec
 	scheduleSkips  *prometheus.CounterVec
 	scheduleFailed *prometheus.CounterVec
+
+	renewFailures, leasesLost, serversReaped prometheus.Counter
 	scheduleLag    *prometheus.HistogramVec
 }
 
@@ -136,6 +138,15 @@ func New(backlog func() []Backlog) *Metrics {
 	m.scheduleLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aion_schedule_fire_lag_seconds",
 		Help: "Time from the instant a schedule tick was due (its nominal time plus jitter) to its action starting.", Buckets: latency},
 		[]string{"namespace"})
+	m.renewFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "aion_cluster_lease_renewal_failures_total",
+		Help: "Renewals of this server's cluster lease that failed; it stops once three quarters of a lease pass without one."})
+	m.leasesLost = prometheus.NewCounter(prometheus.CounterOpts{Name: "aion_cluster_leases_lost_total",
+		Help: "Times this server's cluster membership ended without it leaving (its lease lost): it stops."})
+	m.serversReaped = prometheus.NewCounter(prometheus.CounterOpts{Name: "aion_cluster_servers_reaped_total",
+		Help: "Other servers this server removed from the cluster because their lease ran out; their work was taken over."})
+	f(m.renewFailures)
+	f(m.leasesLost)
+	f(m.serversReaped)
 	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried, m.throttled,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
 		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds, m.replaySeconds,
@@ -246,6 +257,22 @@ func (w *Workflows) TaskLatency(ns string, took time.Duration, replay bool) {
 		w.m.replaySeconds.WithLabelValues(ns).Observe(took.Seconds())
 	}
 }
+
+// Leases returns the cluster lease metrics, for the membership's Observer.
+func (m *Metrics) Leases() *Leases { return &Leases{m: m} }
+
+// Leases records what happens to cluster leases. It implements
+// cluster.Observer.
+type Leases struct{ m *Metrics }
+
+// RenewFailed counts a failed renewal of this server's lease.
+func (l *Leases) RenewFailed() { l.m.renewFailures.Inc() }
+
+// LeaseLost counts this server's membership ending without it leaving.
+func (l *Leases) LeaseLost() { l.m.leasesLost.Inc() }
+
+// Reaped counts servers this server removed after their lease ran out.
+func (l *Leases) Reaped(n int) { l.m.serversReaped.Add(float64(n)) }
 
 // Schedules returns the schedule metrics, for the scheduler's Observer.
 func (m *Metrics) Schedules() *Schedules { return &Schedules{m: m} }

@@ -21,7 +21,13 @@ import (
 // labels match, keyed by the whole series text.
 func (b *bundle) scrape(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + b.srv.HTTPAddr() + "/metrics")
+	return scrapeAt(t, b.srv.HTTPAddr())
+}
+
+// scrapeAt reads the /metrics of the server at httpAddr into series → value.
+func scrapeAt(t *testing.T, httpAddr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

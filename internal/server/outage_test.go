@@ -84,6 +84,18 @@ func TestClusterServerStopsWhenTheDatabaseGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second server on the database itself sees the first's lease run out.
+	survivorCfg := cfg
+	survivorCfg.DataDir, survivorCfg.Store, survivorCfg.ServerName = t.TempDir(), dsn, "survivor"
+	survivor, err := startServer(context.Background(), survivorCfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = survivor.Stop(sctx)
+	})
 	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +128,16 @@ func TestClusterServerStopsWhenTheDatabaseGoesAway(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server kept running without its database")
+	}
+	// Its metrics say why; the survivor's, that it reaped the lost server.
+	if m := scrapeAt(t, srv.HTTPAddr()); m["aion_cluster_leases_lost_total"] != 1 || m["aion_cluster_lease_renewal_failures_total"] < 1 {
+		t.Errorf("lost server's lease metrics: lost %v, renewal failures %v; want 1 and at least 1",
+			m["aion_cluster_leases_lost_total"], m["aion_cluster_lease_renewal_failures_total"])
+	}
+	for deadline := time.Now().Add(10 * time.Second); scrapeAt(t, survivor.HTTPAddr())["aion_cluster_servers_reaped_total"] != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor did not count the lost server as reaped: %v", scrapeAt(t, survivor.HTTPAddr())["aion_cluster_servers_reaped_total"])
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -244,7 +244,7 @@ func (s *Server) wire() {
 	if clustered {
 		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
 			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,
-			Lost: s.lostCluster, Log: s.log})
+			Lost: s.lostCluster, Observer: s.metrics.Leases(), Log: s.log})
 	}
 	s.grpc = s.grpcServer()
 	s.http = httpServer(s.httpAuth(s.httpMux()), cfg.Conn, &s.httpOpen)
