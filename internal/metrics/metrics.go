@@ -61,7 +61,7 @@ type Metrics struct {
 	scheduleFailed *prometheus.CounterVec
 
 	renewFailures, leasesLost, serversReaped prometheus.Counter
-	scheduleLag    *prometheus.HistogramVec
+	scheduleLag                              *prometheus.HistogramVec
 }
 
 // latency buckets from 100µs to ~100s.
