@@ -65,9 +65,8 @@ type flowLimit struct {
 // entry whose activity left (closed, or released and gone on) is skipped
 // when it reaches the head; live counts the others.
 type heldFIFO struct {
-	items []*activity
-	head  int
-	live  int
+	fifo
+	live int
 }
 
 func (f *heldFIFO) push(a *activity) {
@@ -77,17 +76,9 @@ func (f *heldFIFO) push(a *activity) {
 
 // pop takes the oldest entry for which valid holds, nil when none is left.
 func (f *heldFIFO) pop(valid func(*activity) bool) *activity {
-	for f.head < len(f.items) {
+	for f.len() > 0 {
 		a := f.items[f.head]
-		f.items[f.head] = nil
-		f.head++
-		if f.head == len(f.items) {
-			f.items, f.head = f.items[:0], 0
-		} else if f.head > 1024 && f.head*2 > len(f.items) {
-			n := copy(f.items, f.items[f.head:])
-			clear(f.items[n:])
-			f.items, f.head = f.items[:n], 0
-		}
+		f.fifo.pop()
 		if valid(a) {
 			f.live--
 			return a
