@@ -63,6 +63,7 @@ def test_mixed_pool_of_a_go_and_a_python_worker_splits_200_activities_evenly(
     assert set(by) == {go_id, py_id}, by
     for wid in (go_id, py_id):
         assert 90 <= by[wid] <= 110, f"worker {wid} ran {by[wid]} of 200 activities, want 45-55% ({dict(by)})"
+    print(f"split of 200 activities: Go worker {by[go_id]}, Python worker {by[py_id]}")
 
 
 def test_python_worker_killed_mid_activity_is_retried_elsewhere(
