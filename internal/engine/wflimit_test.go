@@ -48,6 +48,18 @@ func wantTaskRuns(t *testing.T, what string, got map[string]*aionv1.WorkflowTask
 	}
 }
 
+// nextRun waits for the next workflow task (a close frees its key's slot
+// once the close is durable, after the task's ack) and checks its run.
+func (fw *wfWorker) nextRun(id string) *aionv1.WorkflowTask {
+	fw.b.t.Helper()
+	task := fw.next()
+	if task.GetWorkflowId() != id {
+		fw.b.t.Fatalf("next task is for %s, want %s", task.GetWorkflowId(), id)
+	}
+	idle(fw.b.t, fw.conn.wf, "a second workflow task")
+	return task
+}
+
 func (b *bench) wantHeldRun(id string, admitted, ahead int) {
 	b.t.Helper()
 	ex, err := b.eng.WhyWorkflow(context.Background(), anyone, "ns", id, "")
@@ -86,7 +98,7 @@ func TestWorkflowConcurrencyLimitAdmitsAtMostNRunsPerKey(t *testing.T) {
 	fw.mustAnswer(tasks["k-2"], false, startTimer(1, time.Hour))
 	fw.mustAnswer(tasks["j-1"], false, startTimer(1, time.Hour))
 	fw.mustAnswer(tasks["free"], false, complete(`1`))
-	wantTaskRuns(t, "after k-1 closed", fw.taskRuns(), "k-3")
+	fw.nextRun("k-3")
 	b.wantHeldRun("k-4", 2, 0)
 
 	// k-2 has a recorded task and counts at once after the restart; k-3 was
@@ -100,7 +112,7 @@ func TestWorkflowConcurrencyLimitAdmitsAtMostNRunsPerKey(t *testing.T) {
 	b.wantHeldRun("k-5", 2, 1)
 
 	fw.mustAnswer(tasks["k-3"], false, complete(`3`))
-	wantTaskRuns(t, "after k-3 closed", fw.taskRuns(), "k-4")
+	fw.nextRun("k-4")
 	b.wantHeldRun("k-5", 2, 0)
 }
 
@@ -116,7 +128,7 @@ func TestRaisingOrClearingAWorkflowLimitAdmitsHeldRuns(t *testing.T) {
 	}
 	wantTaskRuns(t, "limit 1", fw.taskRuns(), "k-1")
 	b.setLimit(store.FlowLimit{Kind: store.FlowWorkflow, Type: "order", Concurrency: 2})
-	wantTaskRuns(t, "limit 2", fw.taskRuns(), "k-2")
+	fw.nextRun("k-2")
 	if _, err := b.eng.ClearFlowLimit(context.Background(), anyone, "ns", store.FlowWorkflow, "order"); err != nil {
 		t.Fatalf("clear: %v", err)
 	}
@@ -139,4 +151,26 @@ func TestWorkflowLimitIsRefusedInClusterMode(t *testing.T) {
 	if ls, err := b.eng.FlowLimits(ctx, anyone, "ns"); err != nil || len(ls) != 0 {
 		t.Fatalf("limits after the refusal: %+v, %v; want none", ls, err)
 	}
+}
+
+// Terminating a held run takes it out of its key's FIFO and frees nothing;
+// terminating an admitted run admits the oldest held one.
+func TestTerminatingAHeldOrAdmittedRunKeepsTheCountRight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setLimit(store.FlowLimit{Kind: store.FlowWorkflow, Type: "order", Concurrency: 1})
+	fw := b.joinWorkflows("v1", 10, "order")
+	for _, id := range []string{"k-1", "k-2", "k-3"} {
+		b.startKeyedWF(id, "k")
+	}
+	wantTaskRuns(t, "limit 1", fw.taskRuns(), "k-1")
+	ctx := context.Background()
+	if _, err := b.eng.TerminateWorkflow(ctx, anyone, "ns", "k-2", "", "held too long"); err != nil {
+		t.Fatalf("terminate held k-2: %v", err)
+	}
+	idle(t, fw.conn.wf, "workflow task after the held run was terminated")
+	if _, err := b.eng.TerminateWorkflow(ctx, anyone, "ns", "k-1", "", "done"); err != nil {
+		t.Fatalf("terminate admitted k-1: %v", err)
+	}
+	fw.nextRun("k-3")
 }
