@@ -671,12 +671,20 @@ func TestNamespaceLimitsCommandsAndWhy(t *testing.T) {
 		{[]string{"set", "billing", "--activity-type", "t"}, "(InvalidArgument)"},
 		{[]string{"set", "missing", "--activity-type", "t", "--concurrency", "2"}, "(NotFound)"},
 		{[]string{"get", "billing", "--activity-type", "nope"}, "(NotFound)"},
+		{[]string{"set", "billing", "--workflow-type", "w", "--rate", "5"}, "rate limits of workflow types are not enforced"},
 	} {
 		code, _, errOut := r.run(t, "", append([]string{"namespace", "limits"}, tc.args...)...)
 		if code != exitError || !strings.Contains(errOut, tc.says) || strings.Contains(errOut, "rpc error") {
 			t.Errorf("aion namespace limits %v: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.says)
 		}
 	}
+
+	// A workflow type takes a concurrency limit.
+	if out := r.ok(t, "namespace", "limits", "set", "billing", "--workflow-type", "w", "--concurrency", "3"); out !=
+		"workflow type w in namespace billing: concurrency 3 per key\n" {
+		t.Fatalf("set workflow concurrency: %q", out)
+	}
+	r.ok(t, "namespace", "limits", "clear", "billing", "--workflow-type", "w")
 
 	// Clearing the limit lets nap-2 start beside nap-1.
 	if out := r.ok(t, "namespace", "limits", "clear", "billing", "--activity-type", "sleep"); out !=

@@ -211,6 +211,13 @@ type Engine struct {
 	placements map[string]store.Placement
 	// limits are the namespaces' flow limits (see limit.go).
 	limits map[limitID]*flowLimit
+	// wfLimits are the concurrency limits of workflow types; wfGroups the
+	// admitted and held runs per concurrency key (see wflimit.go).
+	wfLimits map[limitID]int
+	wfGroups map[wfGroupKey]*wfGroup
+	// recoveringRuns holds every unadmitted limited run while runs are
+	// read back, so those admitted before a restart count first.
+	recoveringRuns bool
 	// pending and running count open activities and running attempts per
 	// namespace, for the caps; entries are deleted at zero.
 	pending map[string]int
@@ -325,6 +332,8 @@ func New(cfg Config) *Engine {
 		zombies:         make(map[registry.WorkerID]map[attemptRef]struct{}),
 		placements:      make(map[string]store.Placement),
 		limits:          make(map[limitID]*flowLimit),
+		wfLimits:        make(map[limitID]int),
+		wfGroups:        make(map[wfGroupKey]*wfGroup),
 		heldBudget:      heldPayloadBudget,
 		runs:            make(map[runKey]*wfRun),
 		openWF:          make(map[wfKey]*wfRun),

@@ -294,6 +294,7 @@ func TestFlowLimitBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{store.FlowLimit{Kind: store.FlowActivity, Type: "t", Concurrency: 1, Burst: 4}, "burst: 4 given without a rate"},
 		{store.FlowLimit{Kind: store.FlowActivity, Type: "t", Concurrency: 1, PerKey: true}, "per_key"},
 		{store.FlowLimit{Kind: store.FlowActivity, Type: "t"}, "neither is set"},
+		{store.FlowLimit{Kind: store.FlowWorkflow, Type: "order", Rate: 5}, "rate limits of workflow types are not enforced"},
 	}
 	for _, c := range cases {
 		c.l.Namespace = "ns"

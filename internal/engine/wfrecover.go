@@ -201,6 +201,12 @@ func (e *Engine) recoverRuns(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("recover runs: %w", err)
 	}
+	// Runs admitted before the restart count first: the others wait to be
+	// admitted, oldest first, once every run is back.
+	e.mu.Lock()
+	e.recoveringRuns = true
+	e.mu.Unlock()
+	defer e.admitRecoveredRuns()
 	for _, rec := range open {
 		if err := e.loadRunRecord(ctx, rec); err != nil {
 			return 0, err
@@ -300,6 +306,12 @@ func (e *Engine) loadRunRecord(ctx context.Context, rec store.Run) error {
 	if r.hasChildrenLocked() {
 		e.bg.Add(1)
 		go e.reconcileChildren(r)
+	}
+	if r.seen > 0 {
+		// A recorded task: the run was admitted before and counts against
+		// its workflow type's concurrency limit, whether or not it needs a
+		// task now.
+		e.admitRunLocked(r)
 	}
 	e.delayFirstTaskLocked(r)
 	e.needTaskLocked(r)

@@ -39,6 +39,9 @@ func (e *Engine) needTaskLocked(r *wfRun) {
 	if !e.runWantsTaskLocked(r) && len(r.queries) == 0 {
 		return
 	}
+	if !e.admitRunLocked(r) {
+		return // its key's limit holds it; a close of the key admits it
+	}
 	if w := r.sticky; w != nil {
 		if e.reg.Take(w, registry.KindWorkflow) {
 			e.sendTaskLocked(r, w)

@@ -77,6 +77,8 @@ func (e *Engine) explainRunLocked(r *wfRun) Explanation {
 				r.retryAt.Format(time.RFC3339), r.retryAt.Sub(now).Round(time.Millisecond))
 		}
 		return ex
+	case r.heldBy != nil:
+		return e.explainHeldRunLocked(r)
 	case r.queued == nil:
 		return Explanation{Reason: WhyWaitingOnSteps,
 			Message: fmt.Sprintf("the run needs no workflow task now: it waits on %d steps", len(r.steps))}

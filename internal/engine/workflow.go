@@ -137,6 +137,11 @@ type wfRun struct {
 	// queuedAt is when it joined it.
 	queued   *wfQueue
 	queuedAt time.Time
+	// admitted: the run counts against its workflow type's concurrency
+	// limit (it was given a task); heldBy is the key whose limit keeps it
+	// from its first task, nil when none does.
+	admitted bool
+	heldBy   *wfGroup
 	// sticky holds the run in memory after its last task, up to stickySeen.
 	sticky     *registry.Worker
 	stickySeen int64
@@ -412,6 +417,7 @@ func (e *Engine) insertRunLocked(rec store.Run, started *aionv1.WorkflowStarted,
 
 // dropRunLocked takes a run out of memory and wakes its waiters.
 func (e *Engine) dropRunLocked(r *wfRun) {
+	e.runLeftLimitLocked(r)
 	k := r.key()
 	if e.runs[k] == r {
 		delete(e.runs, k)

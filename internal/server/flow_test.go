@@ -94,7 +94,7 @@ func TestFlowLimitBadInputMatrix(t *testing.T) {
 		{"burst without a rate", with(func(l *aionv1.FlowLimit) { l.Concurrency = proto.Int32(1); l.Burst = proto.Int32(5) }), codes.InvalidArgument, "burst: 5"},
 		{"per key without a rate", with(func(l *aionv1.FlowLimit) { l.Concurrency = proto.Int32(1); l.PerKey = true }), codes.InvalidArgument, "per_key"},
 		{"nothing limited", with(func(l *aionv1.FlowLimit) {}), codes.InvalidArgument, "neither is set"},
-		{"workflow type (not enforced yet)", with(func(l *aionv1.FlowLimit) { l.Kind = aionv1.FlowKind_FLOW_KIND_WORKFLOW; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "not enforced yet"},
+		{"workflow type rate (not enforced)", with(func(l *aionv1.FlowLimit) { l.Kind = aionv1.FlowKind_FLOW_KIND_WORKFLOW; l.Rate = proto.Float64(5) }), codes.InvalidArgument, "rate limits of workflow types are not enforced"},
 		{"no type", with(func(l *aionv1.FlowLimit) { l.Type = ""; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "activity_type"},
 		{"bad namespace", with(func(l *aionv1.FlowLimit) { l.Namespace = "a b"; l.Concurrency = proto.Int32(1) }), codes.InvalidArgument, "namespace"},
 		{"namespace never minted", with(func(l *aionv1.FlowLimit) { l.Namespace = "ghost"; l.Concurrency = proto.Int32(1) }), codes.NotFound, `"ghost"`},

@@ -16,8 +16,9 @@ type FlowKind string
 const (
 	// FlowActivity: attempts of activities of one activity type.
 	FlowActivity FlowKind = "activity"
-	// FlowWorkflow: runs of one workflow type (recorded by the store; the
-	// engine does not accept such limits yet).
+	// FlowWorkflow: runs of one workflow type, admitted at their first
+	// workflow task (the engine accepts only a concurrency limit, and only
+	// on a single server).
 	FlowWorkflow FlowKind = "workflow"
 )
 
