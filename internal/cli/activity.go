@@ -87,11 +87,8 @@ func (f *startFlags) parse() (time.Duration, time.Time, error) {
 	if f.in != 0 {
 		return 0, time.Time{}, errors.New("--start-in and --start-at: give at most one")
 	}
-	at, err := time.Parse(time.RFC3339, f.at)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("--start-at %q: not an RFC 3339 time such as 2026-12-24T18:00:00Z", f.at)
-	}
-	return 0, at, nil
+	at, err := parseTimeFlag("--start-at", f.at)
+	return 0, at, err
 }
 
 // options builds the schedule options; the retry policy is set only when a

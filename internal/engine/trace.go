@@ -25,8 +25,8 @@ type Tracer interface {
 	Completing(a *store.Activity, w registry.WorkerID, out Outcome, now time.Time) (done func(at time.Time, state store.ActivityState, err error))
 }
 
-// traceContextProto is the wire form of c; nil for none.
-func traceContextProto(c tracectx.Context) *aionv1.TraceContext {
+// TraceContextProto is the wire form of c; nil for none.
+func TraceContextProto(c tracectx.Context) *aionv1.TraceContext {
 	if c.IsZero() {
 		return nil
 	}

@@ -23,7 +23,6 @@ import (
 type wfQueue struct {
 	triple registry.Triple
 	lanes  [store.LowestPriority][]*wfRun
-	n      int
 }
 
 // needTaskLocked arranges a workflow task for a run that has events its
@@ -70,7 +69,6 @@ func (e *Engine) enqueueRunLocked(r *wfRun) {
 	r.queued, r.queuedAt = q, e.now()
 	l := laneOf(r.rec.Priority)
 	q.lanes[l] = append(q.lanes[l], r)
-	q.n++
 	e.dispatchRunsLocked(q)
 }
 
@@ -83,9 +81,8 @@ func (e *Engine) unqueueRunLocked(r *wfRun) {
 	l := laneOf(r.rec.Priority)
 	if i := slices.Index(q.lanes[l], r); i >= 0 {
 		q.lanes[l] = slices.Delete(q.lanes[l], i, i+1)
-		q.n--
 	}
-	if q.n == 0 && e.wfQueues[q.triple] == q {
+	if q.front() == nil && e.wfQueues[q.triple] == q {
 		delete(e.wfQueues, q.triple)
 	}
 }
@@ -120,7 +117,6 @@ func (e *Engine) dispatchRunsLocked(q *wfQueue) {
 		r := (*l)[0]
 		(*l)[0] = nil
 		*l = (*l)[1:]
-		q.n--
 		r.queued = nil
 		e.sendTaskLocked(r, w)
 	}
@@ -168,7 +164,7 @@ func (e *Engine) sendTaskLocked(r *wfRun, w *registry.Worker) {
 		Task:         r.task,
 		Events:       slices.Clone(r.events[from-1:]),
 		FirstSeq:     from,
-		TraceContext: traceContextProto(r.rec.Trace),
+		TraceContext: TraceContextProto(r.rec.Trace),
 	}
 	wantsTask := e.runWantsTaskLocked(r)
 	for _, q := range r.queries {

@@ -24,7 +24,7 @@ type Backlog struct {
 	Waiting              int
 	OldestAge            time.Duration
 	// ByPriority counts the waiting by priority: index 0 for priority 1.
-	ByPriority [5]int
+	ByPriority [5]int // store.LowestPriority priorities
 }
 
 // Metrics holds every aion metric on its own registry.

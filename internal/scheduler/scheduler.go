@@ -33,6 +33,7 @@ import (
 
 	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/schedule"
 	"github.com/aion-run/aion/internal/store"
@@ -186,7 +187,7 @@ func New(cfg Config) *Scheduler {
 		s.obs = noObserver{}
 	}
 	if s.maxIn <= 0 {
-		s.maxIn = 2 << 20
+		s.maxIn = limit.Payload
 	}
 	s.timing = schedule.Timing{Poll: cfg.Poll, Grace: cfg.Grace}
 	if s.timing.Poll <= 0 {

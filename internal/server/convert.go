@@ -122,7 +122,7 @@ func activityToProto(a store.Activity, attempts []store.Attempt) *aionv1.Activit
 		ConcurrencyKey:         a.Flow.ConcurrencyKey,
 		ScheduleId:             a.Origin.ScheduleID,
 		ScheduleTime:           ts(a.Origin.Time),
-		TraceContext:           traceContextToProto(a.Trace),
+		TraceContext:           engine.TraceContextProto(a.Trace),
 	}
 	for _, at := range attempts {
 		out.Attempts = append(out.Attempts, &aionv1.Attempt{
@@ -150,9 +150,8 @@ func requestFromProto(r *aionv1.ScheduleRequest) (engine.Request, error) {
 		Node:         r.GetNode(),
 		Payload:      r.GetPayload(),
 		Priority:     int(r.GetPriority()),
-		Flow: store.Flow{FairnessKey: r.GetFairnessKey(), FairnessWeight: int(r.GetFairnessWeight()),
-			ConcurrencyKey: r.GetConcurrencyKey()},
-		Trace: traceContextFromProto(r.GetTraceContext()),
+		Flow:         flowFromProto(r),
+		Trace:        traceContextFromProto(r.GetTraceContext()),
 	}
 	var err error
 	fields := []struct {
@@ -251,6 +250,18 @@ func taskToProto(t engine.Task) *aionv1.ServerMessage {
 		WorkflowId:           t.WorkflowID,
 		RunId:                t.RunID,
 		Step:                 t.Step,
-		TraceContext:         traceContextToProto(t.Trace),
+		TraceContext:         engine.TraceContextProto(t.Trace),
 	}}}
+}
+
+// flowProto is a request that carries flow keys.
+type flowProto interface {
+	GetFairnessKey() string
+	GetFairnessWeight() int32
+	GetConcurrencyKey() string
+}
+
+// flowFromProto reads the fairness and concurrency keys of a request.
+func flowFromProto(r flowProto) store.Flow {
+	return store.Flow{FairnessKey: r.GetFairnessKey(), FairnessWeight: int(r.GetFairnessWeight()), ConcurrencyKey: r.GetConcurrencyKey()}
 }

@@ -210,7 +210,7 @@ func definitionFromProto(ns, id string, sp *aionv1.ScheduleSpec, a *aionv1.Sched
 	}
 	d.Action.TaskQueue, d.Action.Node, d.Action.Input = a.GetTaskQueue(), a.GetNode(), a.GetInput()
 	d.Action.Priority = int(a.GetPriority())
-	d.Action.Flow = store.Flow{FairnessKey: a.GetFairnessKey(), FairnessWeight: int(a.GetFairnessWeight()), ConcurrencyKey: a.GetConcurrencyKey()}
+	d.Action.Flow = flowFromProto(a)
 	if rp := a.GetRetryPolicy(); rp != nil {
 		d.Action.Retry.BackoffCoefficient = rp.GetBackoffCoefficient()
 		d.Action.Retry.MaximumAttempts = int(rp.GetMaximumAttempts())

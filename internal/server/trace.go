@@ -48,14 +48,6 @@ func traceContextFromProto(tc *aionv1.TraceContext) tracectx.Context {
 	return tracectx.Context{Parent: tc.GetTraceparent(), State: tc.GetTracestate()}
 }
 
-// traceContextToProto is the wire form of c; nil for none.
-func traceContextToProto(c tracectx.Context) *aionv1.TraceContext {
-	if c.IsZero() {
-		return nil
-	}
-	return &aionv1.TraceContext{Traceparent: c.Parent, Tracestate: c.State}
-}
-
 // startSpan starts a server span of an incoming request, child of the
 // trace context the caller sent, and returns it with the trace context the
 // work it starts keeps: the span's own. A trace context that does not

@@ -34,8 +34,7 @@ func (ws *workflowService) Start(ctx context.Context, r *aionv1.StartWorkflowReq
 	req := engine.WorkflowRequest{
 		Namespace: r.GetNamespace(), WorkflowID: r.GetWorkflowId(), WorkflowType: r.GetWorkflowType(),
 		TaskQueue: r.GetTaskQueue(), Input: r.GetInput(), IDReuse: reuse, StartDelay: delay, StartAt: at,
-		Priority: int(r.GetPriority()), Flow: store.Flow{FairnessKey: r.GetFairnessKey(),
-			FairnessWeight: int(r.GetFairnessWeight()), ConcurrencyKey: r.GetConcurrencyKey()},
+		Priority: int(r.GetPriority()), Flow: flowFromProto(r),
 		Trace: traceContextFromProto(r.GetTraceContext()),
 	}
 	var span trace.Span
@@ -185,7 +184,7 @@ func runToProto(r store.Run, pending []engine.PendingStep) *aionv1.Run {
 		ParentWorkflowId: r.ParentWorkflowID, ParentRunId: r.ParentRunID, NextRunId: r.NextRunID,
 		Priority: int32(r.Priority), FairnessKey: r.Flow.FairnessKey, FairnessWeight: int32(r.Flow.FairnessWeight),
 		ConcurrencyKey: r.Flow.ConcurrencyKey, ScheduleId: r.Origin.ScheduleID, ScheduleTime: ts(r.Origin.Time),
-		TraceContext: traceContextToProto(r.Trace),
+		TraceContext: engine.TraceContextProto(r.Trace),
 	}
 	for _, p := range pending {
 		out.PendingSteps = append(out.PendingSteps, &aionv1.PendingStep{Step: p.Step, Kind: p.Kind, Name: p.Name,

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -16,55 +17,37 @@ func (s *Store) PutFlowLimit(ctx context.Context, l store.FlowLimit) (store.Flow
 		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
 	}
 	l.UpdatedAt = time.Now().UTC()
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
-	}
-	defer tx.Rollback()
-	if _, err := getNamespace(ctx, tx, l.Namespace); err != nil {
-		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO flow_limits (namespace, kind, type, concurrency, rate, burst, per_key, updated_at)
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := getNamespace(ctx, tx, l.Namespace); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO flow_limits (namespace, kind, type, concurrency, rate, burst, per_key, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, kind, type) DO UPDATE SET concurrency = excluded.concurrency,
 		rate = excluded.rate, burst = excluded.burst, per_key = excluded.per_key, updated_at = excluded.updated_at`,
-		l.Namespace, string(l.Kind), l.Type, l.Concurrency, l.Rate, l.Burst, l.PerKey, store.UnixNanos(l.UpdatedAt)); err != nil {
-		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
-	}
-	c, err := bump(ctx, tx.StmtContext(ctx, s.stmts.bump), 1, 0)
+			l.Namespace, string(l.Kind), l.Type, l.Concurrency, l.Rate, l.Burst, l.PerKey, store.UnixNanos(l.UpdatedAt))
+		return err
+	})
 	if err != nil {
 		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := tx.Commit(); err != nil {
-		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)
-	}
-	s.mark.advance(c)
 	return l, nil
 }
 
 // DeleteFlowLimit implements store.FlowStore.
 func (s *Store) DeleteFlowLimit(ctx context.Context, namespace string, kind store.FlowKind, typ string) (bool, error) {
 	what := fmt.Sprintf("clear the %s limit of %q in namespace %q", kind, typ, namespace)
-	tx, err := s.writer.BeginTx(ctx, nil)
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM flow_limits WHERE namespace = ? AND kind = ? AND type = ?`, namespace, string(kind), typ)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM flow_limits WHERE namespace = ? AND kind = ? AND type = ?`, namespace, string(kind), typ)
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
-	}
-	c, err := bump(ctx, tx.StmtContext(ctx, s.stmts.bump), 1, 0)
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("%s: %w", what, err)
-	}
-	s.mark.advance(c)
 	return n > 0, nil
 }
 
