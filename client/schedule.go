@@ -192,7 +192,8 @@ type ScheduleView struct {
 	Policy    SchedulePolicy `json:"policy"`
 	Paused    bool           `json:"paused"`
 	Note      string         `json:"note,omitempty"`
-	// Upcoming are its next ticks (none while paused, nor in a listing).
+	// Upcoming are its next ticks (none while paused; the next one only in a
+	// listing).
 	Upcoming []ScheduleTick `json:"upcoming,omitempty"`
 	// Recent are its latest outcomes, oldest first.
 	Recent []ScheduleRecord `json:"recent_actions,omitempty"`

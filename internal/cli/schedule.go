@@ -381,7 +381,7 @@ func (a *app) scheduleListCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "list",
 		Short:   "List a namespace's schedules",
-		Long:    `List a namespace's schedules, ordered by id, with their trigger, action, whether they are paused, and how many ticks fired.`,
+		Long:    `List a namespace's schedules, ordered by id, with their trigger, action, whether they are paused, how many ticks fired, the last tick and the next one ("-" while paused or past its end).`,
 		Example: `  aion schedule list --namespace demo`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -404,10 +404,14 @@ func (a *app) scheduleListCommand() *cobra.Command {
 				}
 				return a.emit(all, func(w io.Writer) {
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tTRIGGER\tACTION\tOVERLAP\tPAUSED\tFIRED\tLAST TICK")
+					fmt.Fprintln(tw, "ID\tTRIGGER\tACTION\tOVERLAP\tPAUSED\tFIRED\tLAST TICK\tNEXT TICK")
 					for _, v := range all {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%d\t%s\n", v.ID, triggerText(v.Spec), actionText(v.Action), v.Policy.Overlap,
-							v.Paused, v.Fired, at(v.LastTick))
+						next := "-"
+						if len(v.Upcoming) > 0 {
+							next = at(v.Upcoming[0].Nominal)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%d\t%s\t%s\n", v.ID, triggerText(v.Spec), actionText(v.Action), v.Policy.Overlap,
+							v.Paused, v.Fired, at(v.LastTick), next)
 					}
 					tw.Flush()
 				})

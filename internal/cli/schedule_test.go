@@ -98,7 +98,8 @@ func TestScheduleCommandsReachTheServer(t *testing.T) {
 		out != "backfill of schedule nightly from 2026-01-01T00:00:00Z to 2026-01-01T03:00:00Z accepted (0 waiting)\n" {
 		t.Fatalf("backfill printed %q", out)
 	}
-	if out := r.ok(t, "schedule", "list", "-n", "ns"); !strings.Contains(out, "nightly") || !strings.Contains(out, "every 1h0m0s +15m0s") {
+	if out := r.ok(t, "schedule", "list", "-n", "ns"); !strings.Contains(out, "nightly") || !strings.Contains(out, "every 1h0m0s +15m0s") ||
+		!strings.Contains(out, "NEXT TICK") || !strings.Contains(out, ":15:00") {
 		t.Fatalf("list printed %q", out)
 	}
 	if out := r.ok(t, "schedule", "get", "nightly", "-n", "ns"); !strings.Contains(out, "every 1h0m0s +15m0s jitter 30s") ||

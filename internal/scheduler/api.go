@@ -285,9 +285,10 @@ func (s *Scheduler) read(ctx context.Context, ns, id string) (store.Schedule, er
 	return sc, err
 }
 
-// List returns a page of a namespace's schedules ordered by id, and the
-// token of the next page ("" on the last).
-func (s *Scheduler) List(ctx context.Context, caller namespace.Identity, ns string, pageSize int, pageToken string) ([]store.Schedule, string, error) {
+// List returns a page of a namespace's schedules ordered by id, each with
+// its next tick only (none while paused or past its end), and the token of
+// the next page ("" on the last).
+func (s *Scheduler) List(ctx context.Context, caller namespace.Identity, ns string, pageSize int, pageToken string) ([]View, string, error) {
 	if err := name.Check("namespace", ns, name.MaxName); err != nil {
 		return nil, "", fmt.Errorf("list schedules: %w", invalid(err))
 	}
@@ -314,7 +315,11 @@ func (s *Scheduler) List(ctx context.Context, caller namespace.Identity, ns stri
 		out = out[:pageSize]
 		next = out[pageSize-1].ID
 	}
-	return out, next, nil
+	views := make([]View, len(out))
+	for i, sc := range out {
+		views[i] = s.view(sc, 1)
+	}
+	return views, next, nil
 }
 
 // mutate applies change to the schedule with a compare-and-set, reading it

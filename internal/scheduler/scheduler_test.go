@@ -271,6 +271,9 @@ func TestPauseResumeTriggerBackfillUpdateDelete(t *testing.T) {
 	if err != nil || !v.Schedule.Paused || v.Schedule.Note != "maintenance" || len(v.Upcoming) != 0 {
 		t.Fatalf("pause: %+v %v", v.Schedule, err)
 	}
+	if list, _, err := sc.s.List(ctx, anyone, "ns", 0, ""); err != nil || len(list) != 1 || len(list[0].Upcoming) != 0 {
+		t.Fatalf("list while paused %+v %v, want p without a next tick", list, err)
+	}
 	b.stepTo(epoch.Add(5*time.Minute), time.Minute)
 	if got := b.activities("ns", "p@"); len(got) != 1 {
 		t.Fatalf("a paused schedule fired: %v", got)
@@ -293,6 +296,10 @@ func TestPauseResumeTriggerBackfillUpdateDelete(t *testing.T) {
 	}
 	if len(v.Upcoming) != scheduler.DefaultUpcoming || !v.Upcoming[0].Nominal.Equal(epoch.Add(6*time.Minute)) {
 		t.Fatalf("upcoming after resume %v, want 5 from 6m", v.Upcoming)
+	}
+	if list, _, err := sc.s.List(ctx, anyone, "ns", 0, ""); err != nil || len(list) != 1 || len(list[0].Upcoming) != 1 ||
+		!list[0].Upcoming[0].Nominal.Equal(epoch.Add(6*time.Minute)) {
+		t.Fatalf("list after resume %+v %v, want p with its next tick at 6m only", list, err)
 	}
 	b.advanceTo(epoch.Add(6 * time.Minute))
 	if got, want := b.activities("ns", "p@"), append(ids("p", time.Minute, 6*time.Minute), trig); fmt.Sprint(got) != fmt.Sprint(sorted(want)) {
@@ -387,7 +394,7 @@ func TestListPagesThroughANamespacesSchedules(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range page {
-			got = append(got, s.ID)
+			got = append(got, s.Schedule.ID)
 		}
 		if token = next; token == "" {
 			break

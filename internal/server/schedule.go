@@ -45,8 +45,8 @@ func (ss *scheduleService) List(ctx context.Context, r *aionv1.ListSchedulesRequ
 		return nil, toStatus(err)
 	}
 	out := &aionv1.ListSchedulesResponse{NextPageToken: next, Schedules: make([]*aionv1.Schedule, len(list))}
-	for i, sc := range list {
-		out.Schedules[i] = scheduleToProto(scheduler.View{Schedule: sc})
+	for i, v := range list {
+		out.Schedules[i] = scheduleToProto(v)
 	}
 	return out, nil
 }

@@ -1544,9 +1544,9 @@ const sch = {
   page: 0,
   next: "",
   items: new Map(), // schedule id -> Schedule, as listed
-  // The list carries no upcoming ticks: each row's next tick is read from
-  // the schedule (GET …?upcoming=1) and kept until it passes or the spec
-  // changes, so a refresh reads only the schedules that ticked since.
+  // Each listed schedule carries its next tick; one that passes before the
+  // next refresh is read from the schedule (GET …?upcoming=1) and kept until
+  // it passes or the spec changes.
   ticks: new Map(), // schedule id -> {sig, tick (ScheduleTick or null for none), error}
   ticksLoading: false,
   req: 0,
@@ -1719,6 +1719,7 @@ async function loadSchedules(background = false) {
   if (req !== sch.req) return; // a newer request (namespace or page change) superseded this one
   const list = res.schedules || [];
   sch.items = new Map(list.map((s) => [s.schedule_id, s]));
+  for (const s of list) sch.ticks.set(s.schedule_id, { sig: tickSig(s), tick: (s.upcoming || [])[0] || null });
   sch.next = res.next_page_token || "";
   paintSchedules();
   empty.textContent = sch.page ? "No more schedules." : `No schedules in ${sch.ns}.`;
