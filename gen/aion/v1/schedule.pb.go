@@ -1261,7 +1261,8 @@ func (x *ListSchedulesRequest) GetPageToken() string {
 // ListSchedulesResponse answers List.
 type ListSchedulesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The schedules, ordered by id, without upcoming ticks.
+	// The schedules, ordered by id, each with its next tick only as upcoming
+	// (none while paused or past its end).
 	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	// Token of the next page; empty on the last.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
