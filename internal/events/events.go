@@ -464,6 +464,8 @@ type Start struct {
 	// After is the position the subscription delivers the events after:
 	// the one asked for when resumed, the snapshot's otherwise.
 	After Position
+	// Time is when the subscription began.
+	Time time.Time
 }
 
 // SubscribeAfter resumes a subscription from a position: when the position
@@ -480,9 +482,10 @@ func (b *Bus) SubscribeAfter(after Position, bound int) (Start, *Subscription) {
 	var st Start
 	s := &Subscription{bus: b, bound: bound}
 	if resume {
-		st = Start{Resumed: true, After: after}
+		st = Start{Resumed: true, After: after, Time: b.now()}
 	} else {
 		st = Start{Snapshot: b.snapshotLocked(), After: Position{Epoch: b.epoch, Seq: b.seq}}
+		st.Time = st.Snapshot.Time
 	}
 	s.next = st.After.Seq + 1
 	if b.closed {
