@@ -90,8 +90,17 @@ func openSSE(t *testing.T, b *bundle, token, how, epoch string, seq uint64) *wat
 	if epoch != "" {
 		pos = epoch + "-" + fmt.Sprint(seq)
 	}
-	if how == "after" && pos != "" {
-		u += "?after=" + url.QueryEscape(pos)
+	q := url.Values{}
+	if how != "Last-Event-ID" && pos != "" {
+		q.Set("after", pos)
+	}
+	if how == "after and access_token" && token != "" {
+		// As the console sends it: an EventSource cannot set headers.
+		q.Set("access_token", token)
+		token = ""
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -295,7 +304,10 @@ func TestReconnectedWatchGetsExactlyTheMissedEventsOrAFreshSnapshot(t *testing.T
 // the others'.
 func TestResumedWatchSendsOnlyTheCallersNamespaces(t *testing.T) {
 	t.Parallel()
-	for _, tr := range watchTransports {
+	for _, tr := range append(slices.Clone(watchTransports), watchTransport{"SSE with ?after= and ?access_token=",
+		func(t *testing.T, b *bundle, token, epoch string, seq uint64) *watcher {
+			return openSSE(t, b, token, "after and access_token", epoch, seq)
+		}}) {
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, func(c *server.Config) {
