@@ -442,16 +442,8 @@ type Subscription struct {
 // events behind (at most RingEvents, and fewer when the events held pass
 // RingBytes).
 func (b *Bus) Subscribe(bound int) (Snapshot, *Subscription) {
-	bound = min(max(bound, 1), RingEvents)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := &Subscription{bus: b, next: b.seq + 1, bound: bound}
-	if b.closed {
-		s.err, s.last = ErrClosed, b.seq
-		return b.snapshotLocked(), s
-	}
-	b.subs[s] = struct{}{}
-	return b.snapshotLocked(), s
+	st, s := b.SubscribeAfter(Position{}, bound) // no epoch: a snapshot
+	return st.Snapshot, s
 }
 
 // Start is how a subscription from a position begins.
