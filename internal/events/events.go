@@ -42,8 +42,9 @@ import (
 )
 
 // ErrSlow ends a subscription that fell further behind than its bound: the
-// subscriber did not keep up and must subscribe again (getting a fresh
-// snapshot).
+// subscriber did not keep up and must subscribe again, from the position of
+// the last event it read (resumed when the bus still holds what followed,
+// from a fresh snapshot otherwise).
 var ErrSlow = errors.New("subscriber too slow: it fell too far behind the event stream")
 
 // ErrClosed ends every subscription when the bus closes.

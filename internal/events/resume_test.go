@@ -195,3 +195,34 @@ func TestPositionsRoundTripAndMalformedOnesAreRefused(t *testing.T) {
 		t.Fatalf("ParseEpoch(%v): %v", p.Epoch, err)
 	}
 }
+
+// A subscriber dropped for falling behind reads the events within its
+// bound; resuming from the last of them gets the rest when the bus still
+// holds them, so nothing is missed and nothing repeated.
+func TestDroppedSubscriberResumesFromTheLastEventItRead(t *testing.T) {
+	t.Parallel()
+	b := events.New()
+	snap, sub := b.Subscribe(4)
+	for i := range 6 {
+		b.Publish(connected(uint64(i)))
+	}
+	got := seqsOf(t, sub, 4)
+	if _, err := sub.Next(context.Background()); !errors.Is(err, events.ErrSlow) {
+		t.Fatalf("past its bound: %v, want ErrSlow", err)
+	}
+	last := events.Position{Epoch: b.Epoch(), Seq: got[len(got)-1]}
+	st, again := b.SubscribeAfter(last, 4)
+	defer again.Close()
+	if !st.Resumed {
+		t.Fatalf("resuming from %v after the drop: a snapshot, want resumed", last)
+	}
+	got = append(got, seqsOf(t, again, int(b.Seq()-last.Seq))...)
+	want := []uint64{}
+	for s := snap.Seq + 1; s <= b.Seq(); s++ {
+		want = append(want, s)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events across the drop %v, want %v", got, want)
+	}
+	noMore(t, again)
+}

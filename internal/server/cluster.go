@@ -183,7 +183,7 @@ func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreami
 		e, err := sub.Next(stream.Context())
 		switch {
 		case errors.Is(err, events.ErrSlow):
-			return status.Errorf(codes.ResourceExhausted, "watch: %v; watch again for a fresh snapshot", err)
+			return status.Errorf(codes.ResourceExhausted, "watch: %v; watch again after the last event received (or for a fresh snapshot)", err)
 		case errors.Is(err, events.ErrClosed):
 			return status.Error(codes.Unavailable, "watch: server is shutting down")
 		case err != nil:

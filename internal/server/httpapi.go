@@ -321,7 +321,9 @@ type sseFrame struct{}
 // Each write must finish within the HTTP write timeout: a client that stops
 // reading is cut off once its socket buffers are full, rather than holding
 // its connection for ever. A client that falls too far behind the bus is
-// dropped with an `error` event; reconnecting gets a fresh snapshot.
+// dropped with an `error` event after the events within its bound;
+// reconnecting from the last of them resumes when the bus still holds what
+// followed, and gets a fresh snapshot otherwise.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	from, err := sseFrom(r)
 	if err != nil {
@@ -390,7 +392,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		case errors.Is(err, events.ErrSlow):
 			_ = write(fmt.Appendf(nil, "event: error\ndata: {\"code\":\"ResourceExhausted\",\"message\":%q}\n\n",
-				err.Error()+"; reconnect for a fresh snapshot"))
+				err.Error()+"; reconnect after the last event received (or for a fresh snapshot)"))
 			return
 		default:
 			return

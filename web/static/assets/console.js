@@ -476,7 +476,8 @@ function connect() {
   }
   // "error" is both the browser's network error and the server's own
   // `event: error` (a subscriber that fell too far behind). Either way the
-  // deltas after it cannot be trusted: start over from a fresh snapshot.
+  // stream ends there: reconnect after the last delta received (the server
+  // answers with a fresh snapshot when it no longer holds what followed).
   es.addEventListener("error", (m) => {
     if (source !== es) return;
     let why = "event stream lost";
