@@ -97,15 +97,56 @@ func (c *Client) DrainWorker(ctx context.Context, id uint64) (*Worker, error) {
 	return workerFromProto(resp.GetWorker()), nil
 }
 
-// Watch yields the cluster's events: first a snapshot, then every change as
-// it happens, until ctx ends or the stream fails (a final non-nil error).
-func (c *Client) Watch(ctx context.Context) iter.Seq2[*aionv1.ClusterEvent, error] {
+// WatchPosition is a place in a server's event stream: just after event
+// Sequence of the stream Epoch names. The zero position is no place: a
+// watch from it starts with a snapshot.
+type WatchPosition struct {
+	// Epoch names the stream; a server's restart starts a new one. Only
+	// the first event of a watch carries it.
+	Epoch string `json:"epoch"`
+	// Sequence is the last event seen (or the snapshot's sequence).
+	Sequence uint64 `json:"sequence"`
+}
+
+// Advance returns the position after e, an event of the watch p is a
+// position of (or the first event of a new watch).
+func (p WatchPosition) Advance(e *aionv1.ClusterEvent) WatchPosition {
+	if ep := e.GetEpoch(); ep != "" {
+		p.Epoch = ep
+	}
+	p.Sequence = e.GetSequence()
+	return p
+}
+
+// WatchOption changes where a Watch starts.
+type WatchOption func(*aionv1.WatchRequest)
+
+// WatchAfter resumes a watch from pos, the position of the last event a
+// previous watch saw: when the server still holds every event after it,
+// the watch starts with a resumed event (GetResumed() != nil) and then
+// exactly those events; otherwise (they were let go of, or the server has
+// restarted since) with a fresh snapshot, as a watch without the option
+// does. The zero position starts with a snapshot.
+func WatchAfter(pos WatchPosition) WatchOption {
+	return func(r *aionv1.WatchRequest) { r.Epoch, r.AfterSequence = pos.Epoch, pos.Sequence }
+}
+
+// Watch yields the cluster's events: first a snapshot (or, resuming with
+// WatchAfter, a resumed event), then every change as it happens, until ctx
+// ends or the stream fails (a final non-nil error). Keep the position of
+// each event (WatchPosition.Advance) to resume after a failure without
+// a new snapshot.
+func (c *Client) Watch(ctx context.Context, opts ...WatchOption) iter.Seq2[*aionv1.ClusterEvent, error] {
+	req := &aionv1.WatchRequest{}
+	for _, o := range opts {
+		o(req)
+	}
 	return func(yield func(*aionv1.ClusterEvent, error) bool) {
 		// Ending the stream when the loop stops early frees the server's
 		// subscription at once.
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.cluster.Watch(ctx, &aionv1.WatchRequest{})
+		stream, err := c.cluster.Watch(ctx, req)
 		if err != nil {
 			yield(nil, rpcError("watch", err))
 			return

@@ -15,13 +15,24 @@
 // behind than its bound is dropped with ErrSlow; it never slows a publisher.
 // What a subscriber derives from an event (its wire encoding) can be computed
 // once per event for all of them with Event.Memo.
+//
+// A subscriber that lost its connection resumes from the Position of the
+// last event it saw: while every later event is still in the ring it gets
+// exactly those, without a snapshot; otherwise a fresh snapshot. Each bus
+// has its own random Epoch, part of every Position, so a sequence number
+// from a bus that has since restarted (and numbers its events from 1 again)
+// is never taken for one of this bus's.
 package events
 
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +42,9 @@ import (
 )
 
 // ErrSlow ends a subscription that fell further behind than its bound: the
-// subscriber did not keep up and must subscribe again (getting a fresh
-// snapshot).
+// subscriber did not keep up and must subscribe again, from the position of
+// the last event it read (resumed when the bus still holds what followed,
+// from a fresh snapshot otherwise).
 var ErrSlow = errors.New("subscriber too slow: it fell too far behind the event stream")
 
 // ErrClosed ends every subscription when the bus closes.
@@ -167,8 +179,60 @@ type Snapshot struct {
 	Pools      []Pool                `json:"pools"`
 }
 
+// Epoch names one bus, from its start to its end: sequence numbers of
+// different epochs say nothing about each other. It is never zero.
+type Epoch uint64
+
+// String is the epoch as 16 hex digits, the form ParseEpoch reads.
+func (e Epoch) String() string { return fmt.Sprintf("%016x", uint64(e)) }
+
+// ErrBadPosition is wrapped by the errors ParseEpoch and ParsePosition
+// return for malformed input.
+var ErrBadPosition = errors.New("malformed event stream position")
+
+// ParseEpoch reads an epoch written by Epoch.String.
+func ParseEpoch(s string) (Epoch, error) {
+	if len(s) != 16 {
+		return 0, fmt.Errorf("epoch %q is not 16 hex digits: %w", s, ErrBadPosition)
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("epoch %q is not 16 hex digits naming a bus: %w", s, ErrBadPosition)
+	}
+	return Epoch(v), nil
+}
+
+// Position is a place in one bus's event stream: just after event Seq of
+// the bus Epoch names (Seq 0 is before the first event).
+type Position struct {
+	Epoch Epoch
+	Seq   uint64
+}
+
+// String is the position as "<epoch>-<seq>", the form ParsePosition reads
+// (the SSE event id).
+func (p Position) String() string { return p.Epoch.String() + "-" + strconv.FormatUint(p.Seq, 10) }
+
+// ParsePosition reads a position written by Position.String.
+func ParsePosition(s string) (Position, error) {
+	ep, seq, ok := strings.Cut(s, "-")
+	if !ok {
+		return Position{}, fmt.Errorf("position %q is not <epoch>-<sequence>: %w", s, ErrBadPosition)
+	}
+	e, err := ParseEpoch(ep)
+	if err != nil {
+		return Position{}, fmt.Errorf("position %q: %w", s, err)
+	}
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return Position{}, fmt.Errorf("position %q: sequence %q is not a number: %w", s, seq, ErrBadPosition)
+	}
+	return Position{Epoch: e, Seq: n}, nil
+}
+
 // Bus numbers events, keeps the topology they describe and fans them out.
 type Bus struct {
+	epoch      Epoch
 	mu         sync.Mutex
 	seq        uint64
 	workers    map[registry.WorkerID]registry.WorkerInfo
@@ -191,7 +255,12 @@ type Bus struct {
 
 // New returns an empty bus.
 func New() *Bus {
+	epoch := Epoch(rand.Uint64())
+	for epoch == 0 {
+		epoch = Epoch(rand.Uint64())
+	}
 	return &Bus{
+		epoch:      epoch,
 		workers:    make(map[registry.WorkerID]registry.WorkerInfo),
 		namespaces: make(map[string]store.Namespace),
 		ring:       make([]Event, RingEvents),
@@ -322,6 +391,9 @@ func (b *Bus) Namespace(name string) (store.Namespace, bool) {
 	return ns, ok
 }
 
+// Epoch returns the bus's epoch.
+func (b *Bus) Epoch() Epoch { return b.epoch }
+
 // Seq returns the number of the last event published.
 func (b *Bus) Seq() uint64 {
 	b.mu.Lock()
@@ -371,16 +443,50 @@ type Subscription struct {
 // events behind (at most RingEvents, and fewer when the events held pass
 // RingBytes).
 func (b *Bus) Subscribe(bound int) (Snapshot, *Subscription) {
+	st, s := b.SubscribeAfter(Position{}, bound) // no epoch: a snapshot
+	return st.Snapshot, s
+}
+
+// Start is how a subscription from a position begins.
+type Start struct {
+	// Resumed is true when the subscription delivers exactly the events
+	// after the position asked for; Snapshot is then empty. When false,
+	// Snapshot is the topology now and the events after it follow.
+	Resumed  bool
+	Snapshot Snapshot
+	// After is the position the subscription delivers the events after:
+	// the one asked for when resumed, the snapshot's otherwise.
+	After Position
+	// Time is when the subscription began.
+	Time time.Time
+}
+
+// SubscribeAfter resumes a subscription from a position: when the position
+// is this bus's, not past its last event, and every event after it is
+// still held and fewer than bound, the subscription delivers exactly those
+// events and then every later one (Start.Resumed). Otherwise (another
+// epoch, events let go of, a sequence this bus never reached) it starts
+// from a fresh snapshot, as Subscribe does.
+func (b *Bus) SubscribeAfter(after Position, bound int) (Start, *Subscription) {
 	bound = min(max(bound, 1), RingEvents)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := &Subscription{bus: b, next: b.seq + 1, bound: bound}
+	resume := after.Epoch == b.epoch && after.Seq <= b.seq && after.Seq+1 >= b.first && b.seq-after.Seq <= uint64(bound)
+	var st Start
+	s := &Subscription{bus: b, bound: bound}
+	if resume {
+		st = Start{Resumed: true, After: after, Time: b.now()}
+	} else {
+		st = Start{Snapshot: b.snapshotLocked(), After: Position{Epoch: b.epoch, Seq: b.seq}}
+		st.Time = st.Snapshot.Time
+	}
+	s.next = st.After.Seq + 1
 	if b.closed {
 		s.err, s.last = ErrClosed, b.seq
-		return b.snapshotLocked(), s
+		return st, s
 	}
 	b.subs[s] = struct{}{}
-	return b.snapshotLocked(), s
+	return st, s
 }
 
 // Next returns the next event, or the error that ended the subscription:

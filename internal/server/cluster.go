@@ -13,6 +13,7 @@ import (
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/name"
+	"github.com/aion-run/aion/internal/namespace"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
 	"google.golang.org/grpc"
@@ -168,17 +169,21 @@ func (c *clusterService) DrainWorker(ctx context.Context, r *aionv1.DrainWorkerR
 }
 
 func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreamingServer[aionv1.ClusterEvent]) error {
-	snap, sub := c.s.bus.Subscribe(watchBuffer)
+	from, err := watchFrom(r)
+	if err != nil {
+		return err
+	}
+	start, sub := c.s.subscribeAfter(from)
 	defer sub.Close()
 	caller := c.s.caller(stream.Context())
-	if err := stream.Send(snapshotToProto(scopeSnapshot(caller, snap), c.s)); err != nil {
+	if err := stream.Send(startToProto(caller, start, c.s)); err != nil {
 		return err
 	}
 	for {
 		e, err := sub.Next(stream.Context())
 		switch {
 		case errors.Is(err, events.ErrSlow):
-			return status.Errorf(codes.ResourceExhausted, "watch: %v; watch again for a fresh snapshot", err)
+			return status.Errorf(codes.ResourceExhausted, "watch: %v; watch again after the last event received (or for a fresh snapshot)", err)
 		case errors.Is(err, events.ErrClosed):
 			return status.Error(codes.Unavailable, "watch: server is shutting down")
 		case err != nil:
@@ -192,6 +197,43 @@ func (c *clusterService) Watch(r *aionv1.WatchRequest, stream grpc.ServerStreami
 			return err
 		}
 	}
+}
+
+// watchFrom is the position a Watch asks to resume from; the zero
+// position (no epoch) asks for a snapshot.
+func watchFrom(r *aionv1.WatchRequest) (events.Position, error) {
+	if r.GetEpoch() == "" {
+		if r.GetAfterSequence() != 0 {
+			return events.Position{}, status.Errorf(codes.InvalidArgument,
+				"epoch: required with after_sequence %d (the epoch of the stream it came from)", r.GetAfterSequence())
+		}
+		return events.Position{}, nil
+	}
+	epoch, err := events.ParseEpoch(r.GetEpoch())
+	if err != nil {
+		return events.Position{}, status.Errorf(codes.InvalidArgument, "epoch: %v", err)
+	}
+	return events.Position{Epoch: epoch, Seq: r.GetAfterSequence()}, nil
+}
+
+// subscribeAfter subscribes to the bus from a position, or from a fresh
+// snapshot for the zero position.
+func (s *Server) subscribeAfter(from events.Position) (events.Start, *events.Subscription) {
+	return s.bus.SubscribeAfter(from, watchBuffer)
+}
+
+// startToProto is the first message of a stream: the snapshot caller may
+// see, or the news that it resumed; either names the stream's epoch.
+func startToProto(caller namespace.Identity, st events.Start, s *Server) *aionv1.ClusterEvent {
+	var out *aionv1.ClusterEvent
+	if st.Resumed {
+		out = &aionv1.ClusterEvent{Sequence: st.After.Seq, Time: timestamppb.New(st.Time),
+			Event: &aionv1.ClusterEvent_Resumed{Resumed: &aionv1.Resumed{}}}
+	} else {
+		out = snapshotToProto(scopeSnapshot(caller, st.Snapshot), s)
+	}
+	out.Epoch = st.After.Epoch.String()
+	return out
 }
 
 func snapshotToProto(snap events.Snapshot, s *Server) *aionv1.ClusterEvent {

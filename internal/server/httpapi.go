@@ -311,16 +311,27 @@ const sseKeepalive = 15 * time.Second
 type sseFrame struct{}
 
 // serveEvents streams the cluster events as Server-Sent Events: first a
-// snapshot, then every delta, each as protojson of a ClusterEvent with the
-// sequence as the SSE id and the kind as the SSE event name.
+// snapshot, then every delta, each as protojson of a ClusterEvent with its
+// position ("<epoch>-<sequence>") as the SSE id and the kind as the SSE
+// event name. A reconnect that names the last position it saw, in the
+// Last-Event-ID header (as a browser's EventSource sends it) or the after
+// query parameter, gets a `resumed` event instead of the snapshot and then
+// exactly the events it missed, when the bus still holds them all.
 //
 // Each write must finish within the HTTP write timeout: a client that stops
 // reading is cut off once its socket buffers are full, rather than holding
 // its connection for ever. A client that falls too far behind the bus is
-// dropped with an `error` event; reconnecting gets a fresh snapshot.
+// dropped with an `error` event after the events within its bound;
+// reconnecting from the last of them resumes when the bus still holds what
+// followed, and gets a fresh snapshot otherwise.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	from, err := sseFrom(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	rc := http.NewResponseController(w)
-	snap, sub := s.bus.Subscribe(watchBuffer)
+	start, sub := s.subscribeAfter(from)
 	defer sub.Close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -344,7 +355,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush()
 	}
 	caller := s.caller(r.Context())
-	first, err := sseEncode("snapshot", snapshotToProto(scopeSnapshot(caller, snap), s))
+	kind := "snapshot"
+	if start.Resumed {
+		kind = "resumed"
+	}
+	first, err := sseEncode(kind, start.After.Epoch, startToProto(caller, start, s))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -377,7 +392,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		case errors.Is(err, events.ErrSlow):
 			_ = write(fmt.Appendf(nil, "event: error\ndata: {\"code\":\"ResourceExhausted\",\"message\":%q}\n\n",
-				err.Error()+"; reconnect for a fresh snapshot"))
+				err.Error()+"; reconnect after the last event received (or for a fresh snapshot)"))
 			return
 		default:
 			return
@@ -385,20 +400,40 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// sseFrom is the position an event-stream request asks to resume from:
+// the Last-Event-ID header, else the after query parameter (for clients
+// that cannot set headers; a browser's own reconnect sends the header with
+// the newer position), else none.
+func sseFrom(r *http.Request) (events.Position, error) {
+	field, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
+	if v == "" {
+		field, v = "after", r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return events.Position{}, nil
+	}
+	p, err := events.ParsePosition(v)
+	if err != nil {
+		return events.Position{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	return p, nil
+}
+
 // sseFrameOf is the SSE frame of e, or the error encoding it.
 func sseFrameOf(e events.Event, s *Server) any {
-	b, err := sseEncode(string(e.Kind), eventToProto(e, s))
+	b, err := sseEncode(string(e.Kind), s.bus.Epoch(), eventToProto(e, s))
 	if err != nil {
 		return err
 	}
 	return b
 }
 
-// sseEncode is one SSE frame of a cluster event.
-func sseEncode(kind string, e *aionv1.ClusterEvent) ([]byte, error) {
+// sseEncode is one SSE frame of a cluster event of the given epoch.
+func sseEncode(kind string, epoch events.Epoch, e *aionv1.ClusterEvent) ([]byte, error) {
 	b, err := jsonOut.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", e.GetSequence(), kind, b), nil
+	id := events.Position{Epoch: epoch, Seq: e.GetSequence()}
+	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", id, kind, b), nil
 }

@@ -871,9 +871,15 @@ func (x *DrainWorkerResponse) GetWorker() *Worker {
 // WatchRequest says where the event stream starts.
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sequence of the last event the caller saw; 0 for none. Events after it are replayed when
-	// still retained; otherwise (and for 0) the stream starts with a snapshot.
+	// Sequence of the last event the caller saw (or of the snapshot it started from), in the stream
+	// epoch names. The events after it are replayed, with no snapshot, when the server still holds
+	// every one of them; otherwise the stream starts with a fresh snapshot. The first message says
+	// which. 0 with no epoch: start with a snapshot.
 	AfterSequence uint64 `protobuf:"varint,1,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// Epoch of the stream after_sequence belongs to: the epoch of that stream's first message.
+	// Required with a non-zero after_sequence; 16 hex digits. A stream of another epoch (the server
+	// restarted, or this is another server of the cluster) starts with a snapshot.
+	Epoch         string `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -915,6 +921,13 @@ func (x *WatchRequest) GetAfterSequence() uint64 {
 	return 0
 }
 
+func (x *WatchRequest) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
 // ClusterEvent is one topology change, or a snapshot of the whole topology.
 type ClusterEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -923,6 +936,10 @@ type ClusterEvent struct {
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// When the event happened (for a snapshot, when it was taken).
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// Names the stream the sequence numbers belong to; a server's restart starts a new one. Set on
+	// the first message of a Watch (snapshot or resumed) only; pass it back in
+	// WatchRequest.epoch to resume.
+	Epoch string `protobuf:"bytes,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The event; exactly one is set.
 	//
 	// Types that are valid to be assigned to Event:
@@ -937,6 +954,7 @@ type ClusterEvent struct {
 	//	*ClusterEvent_RunStarted
 	//	*ClusterEvent_RunClosed
 	//	*ClusterEvent_ScheduleFired
+	//	*ClusterEvent_Resumed
 	Event         isClusterEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -984,6 +1002,13 @@ func (x *ClusterEvent) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *ClusterEvent) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
 }
 
 func (x *ClusterEvent) GetEvent() isClusterEvent_Event {
@@ -1083,6 +1108,15 @@ func (x *ClusterEvent) GetScheduleFired() *ScheduleFired {
 	return nil
 }
 
+func (x *ClusterEvent) GetResumed() *Resumed {
+	if x != nil {
+		if x, ok := x.Event.(*ClusterEvent_Resumed); ok {
+			return x.Resumed
+		}
+	}
+	return nil
+}
+
 type isClusterEvent_Event interface {
 	isClusterEvent_Event()
 }
@@ -1139,6 +1173,13 @@ type ClusterEvent_ScheduleFired struct {
 	ScheduleFired *ScheduleFired `protobuf:"bytes,12,opt,name=schedule_fired,json=scheduleFired,proto3,oneof"`
 }
 
+type ClusterEvent_Resumed struct {
+	// The stream resumed: the first message of a Watch that asked for after_sequence when every
+	// event after it was still held. Its sequence is after_sequence; the events after it follow,
+	// with no snapshot. Otherwise the first message is a snapshot.
+	Resumed *Resumed `protobuf:"bytes,13,opt,name=resumed,proto3,oneof"`
+}
+
 func (*ClusterEvent_Snapshot) isClusterEvent_Event() {}
 
 func (*ClusterEvent_WorkerConnected) isClusterEvent_Event() {}
@@ -1158,6 +1199,45 @@ func (*ClusterEvent_RunStarted) isClusterEvent_Event() {}
 func (*ClusterEvent_RunClosed) isClusterEvent_Event() {}
 
 func (*ClusterEvent_ScheduleFired) isClusterEvent_Event() {}
+
+func (*ClusterEvent_Resumed) isClusterEvent_Event() {}
+
+// Resumed opens a Watch that continues where the caller left off.
+type Resumed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resumed) Reset() {
+	*x = Resumed{}
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resumed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resumed) ProtoMessage() {}
+
+func (x *Resumed) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resumed.ProtoReflect.Descriptor instead.
+func (*Resumed) Descriptor() ([]byte, []int) {
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
 
 // ScheduleFired reports what a schedule's ticks came to.
 type ScheduleFired struct {
@@ -1186,7 +1266,7 @@ type ScheduleFired struct {
 
 func (x *ScheduleFired) Reset() {
 	*x = ScheduleFired{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1278,7 @@ func (x *ScheduleFired) String() string {
 func (*ScheduleFired) ProtoMessage() {}
 
 func (x *ScheduleFired) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[11]
+	mi := &file_aion_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1291,7 @@ func (x *ScheduleFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleFired.ProtoReflect.Descriptor instead.
 func (*ScheduleFired) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ScheduleFired) GetNamespace() string {
@@ -1288,7 +1368,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1380,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[12]
+	mi := &file_aion_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1393,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -1334,7 +1414,7 @@ type RunClosed struct {
 
 func (x *RunClosed) Reset() {
 	*x = RunClosed{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1426,7 @@ func (x *RunClosed) String() string {
 func (*RunClosed) ProtoMessage() {}
 
 func (x *RunClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[13]
+	mi := &file_aion_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1439,7 @@ func (x *RunClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunClosed.ProtoReflect.Descriptor instead.
 func (*RunClosed) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunClosed) GetRun() *Run {
@@ -1384,7 +1464,7 @@ type ClusterSnapshot struct {
 
 func (x *ClusterSnapshot) Reset() {
 	*x = ClusterSnapshot{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1476,7 @@ func (x *ClusterSnapshot) String() string {
 func (*ClusterSnapshot) ProtoMessage() {}
 
 func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[14]
+	mi := &file_aion_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1489,7 @@ func (x *ClusterSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSnapshot.ProtoReflect.Descriptor instead.
 func (*ClusterSnapshot) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClusterSnapshot) GetWorkers() []*Worker {
@@ -1444,7 +1524,7 @@ type WorkerConnected struct {
 
 func (x *WorkerConnected) Reset() {
 	*x = WorkerConnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1536,7 @@ func (x *WorkerConnected) String() string {
 func (*WorkerConnected) ProtoMessage() {}
 
 func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[15]
+	mi := &file_aion_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1549,7 @@ func (x *WorkerConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerConnected.ProtoReflect.Descriptor instead.
 func (*WorkerConnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerConnected) GetWorker() *Worker {
@@ -1490,7 +1570,7 @@ type WorkerDraining struct {
 
 func (x *WorkerDraining) Reset() {
 	*x = WorkerDraining{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1582,7 @@ func (x *WorkerDraining) String() string {
 func (*WorkerDraining) ProtoMessage() {}
 
 func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[16]
+	mi := &file_aion_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1595,7 @@ func (x *WorkerDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDraining.ProtoReflect.Descriptor instead.
 func (*WorkerDraining) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerDraining) GetWorkerId() uint64 {
@@ -1540,7 +1620,7 @@ type WorkerDisconnected struct {
 
 func (x *WorkerDisconnected) Reset() {
 	*x = WorkerDisconnected{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[17]
+	mi := &file_aion_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1632,7 @@ func (x *WorkerDisconnected) String() string {
 func (*WorkerDisconnected) ProtoMessage() {}
 
 func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[17]
+	mi := &file_aion_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1645,7 @@ func (x *WorkerDisconnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerDisconnected.ProtoReflect.Descriptor instead.
 func (*WorkerDisconnected) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerDisconnected) GetWorkerId() uint64 {
@@ -1600,7 +1680,7 @@ type NamespaceCreated struct {
 
 func (x *NamespaceCreated) Reset() {
 	*x = NamespaceCreated{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[18]
+	mi := &file_aion_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1692,7 @@ func (x *NamespaceCreated) String() string {
 func (*NamespaceCreated) ProtoMessage() {}
 
 func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[18]
+	mi := &file_aion_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1705,7 @@ func (x *NamespaceCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCreated.ProtoReflect.Descriptor instead.
 func (*NamespaceCreated) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NamespaceCreated) GetNamespace() *Namespace {
@@ -1646,7 +1726,7 @@ type PlacementChanged struct {
 
 func (x *PlacementChanged) Reset() {
 	*x = PlacementChanged{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[19]
+	mi := &file_aion_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1738,7 @@ func (x *PlacementChanged) String() string {
 func (*PlacementChanged) ProtoMessage() {}
 
 func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[19]
+	mi := &file_aion_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1751,7 @@ func (x *PlacementChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementChanged.ProtoReflect.Descriptor instead.
 func (*PlacementChanged) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlacementChanged) GetNamespace() *Namespace {
@@ -1694,7 +1774,7 @@ type PoolStatsUpdate struct {
 
 func (x *PoolStatsUpdate) Reset() {
 	*x = PoolStatsUpdate{}
-	mi := &file_aion_v1_cluster_proto_msgTypes[20]
+	mi := &file_aion_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1786,7 @@ func (x *PoolStatsUpdate) String() string {
 func (*PoolStatsUpdate) ProtoMessage() {}
 
 func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_cluster_proto_msgTypes[20]
+	mi := &file_aion_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1799,7 @@ func (x *PoolStatsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatsUpdate.ProtoReflect.Descriptor instead.
 func (*PoolStatsUpdate) Descriptor() ([]byte, []int) {
-	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_aion_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PoolStatsUpdate) GetPools() []*PoolStats {
@@ -1795,12 +1875,14 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"\x12DrainWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\x04R\bworkerId\">\n" +
 	"\x13DrainWorkerResponse\x12'\n" +
-	"\x06worker\x18\x01 \x01(\v2\x0f.aion.v1.WorkerR\x06worker\"5\n" +
+	"\x06worker\x18\x01 \x01(\v2\x0f.aion.v1.WorkerR\x06worker\"K\n" +
 	"\fWatchRequest\x12%\n" +
-	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\"\xf3\x05\n" +
+	"\x0eafter_sequence\x18\x01 \x01(\x04R\rafterSequence\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\tR\x05epoch\"\xb7\x06\n" +
 	"\fClusterEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x126\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05epoch\x18\x0e \x01(\tR\x05epoch\x126\n" +
 	"\bsnapshot\x18\x03 \x01(\v2\x18.aion.v1.ClusterSnapshotH\x00R\bsnapshot\x12E\n" +
 	"\x10worker_connected\x18\x04 \x01(\v2\x18.aion.v1.WorkerConnectedH\x00R\x0fworkerConnected\x12B\n" +
 	"\x0fworker_draining\x18\x05 \x01(\v2\x17.aion.v1.WorkerDrainingH\x00R\x0eworkerDraining\x12N\n" +
@@ -1814,8 +1896,10 @@ const file_aion_v1_cluster_proto_rawDesc = "" +
 	"runStarted\x123\n" +
 	"\n" +
 	"run_closed\x18\v \x01(\v2\x12.aion.v1.RunClosedH\x00R\trunClosed\x12?\n" +
-	"\x0eschedule_fired\x18\f \x01(\v2\x16.aion.v1.ScheduleFiredH\x00R\rscheduleFiredB\a\n" +
-	"\x05event\"\xc1\x02\n" +
+	"\x0eschedule_fired\x18\f \x01(\v2\x16.aion.v1.ScheduleFiredH\x00R\rscheduleFired\x12,\n" +
+	"\aresumed\x18\r \x01(\v2\x10.aion.v1.ResumedH\x00R\aresumedB\a\n" +
+	"\x05event\"\t\n" +
+	"\aResumed\"\xc1\x02\n" +
 	"\rScheduleFired\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
@@ -1884,7 +1968,7 @@ func file_aion_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_aion_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_aion_v1_cluster_proto_goTypes = []any{
 	(WorkerState)(0),              // 0: aion.v1.WorkerState
 	(DisconnectReason)(0),         // 1: aion.v1.DisconnectReason
@@ -1899,69 +1983,71 @@ var file_aion_v1_cluster_proto_goTypes = []any{
 	(*DrainWorkerResponse)(nil),   // 10: aion.v1.DrainWorkerResponse
 	(*WatchRequest)(nil),          // 11: aion.v1.WatchRequest
 	(*ClusterEvent)(nil),          // 12: aion.v1.ClusterEvent
-	(*ScheduleFired)(nil),         // 13: aion.v1.ScheduleFired
-	(*RunStarted)(nil),            // 14: aion.v1.RunStarted
-	(*RunClosed)(nil),             // 15: aion.v1.RunClosed
-	(*ClusterSnapshot)(nil),       // 16: aion.v1.ClusterSnapshot
-	(*WorkerConnected)(nil),       // 17: aion.v1.WorkerConnected
-	(*WorkerDraining)(nil),        // 18: aion.v1.WorkerDraining
-	(*WorkerDisconnected)(nil),    // 19: aion.v1.WorkerDisconnected
-	(*NamespaceCreated)(nil),      // 20: aion.v1.NamespaceCreated
-	(*PlacementChanged)(nil),      // 21: aion.v1.PlacementChanged
-	(*PoolStatsUpdate)(nil),       // 22: aion.v1.PoolStatsUpdate
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(InterventionPrimitive)(0),    // 24: aion.v1.InterventionPrimitive
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(ScheduleActionOutcome)(0),    // 26: aion.v1.ScheduleActionOutcome
-	(*Run)(nil),                   // 27: aion.v1.Run
-	(*Namespace)(nil),             // 28: aion.v1.Namespace
+	(*Resumed)(nil),               // 13: aion.v1.Resumed
+	(*ScheduleFired)(nil),         // 14: aion.v1.ScheduleFired
+	(*RunStarted)(nil),            // 15: aion.v1.RunStarted
+	(*RunClosed)(nil),             // 16: aion.v1.RunClosed
+	(*ClusterSnapshot)(nil),       // 17: aion.v1.ClusterSnapshot
+	(*WorkerConnected)(nil),       // 18: aion.v1.WorkerConnected
+	(*WorkerDraining)(nil),        // 19: aion.v1.WorkerDraining
+	(*WorkerDisconnected)(nil),    // 20: aion.v1.WorkerDisconnected
+	(*NamespaceCreated)(nil),      // 21: aion.v1.NamespaceCreated
+	(*PlacementChanged)(nil),      // 22: aion.v1.PlacementChanged
+	(*PoolStatsUpdate)(nil),       // 23: aion.v1.PoolStatsUpdate
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(InterventionPrimitive)(0),    // 25: aion.v1.InterventionPrimitive
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(ScheduleActionOutcome)(0),    // 27: aion.v1.ScheduleActionOutcome
+	(*Run)(nil),                   // 28: aion.v1.Run
+	(*Namespace)(nil),             // 29: aion.v1.Namespace
 }
 var file_aion_v1_cluster_proto_depIdxs = []int32{
 	4,  // 0: aion.v1.ListWaitingResponse.groups:type_name -> aion.v1.WaitingGroup
-	23, // 1: aion.v1.WaitingGroup.oldest_ready_time:type_name -> google.protobuf.Timestamp
+	24, // 1: aion.v1.WaitingGroup.oldest_ready_time:type_name -> google.protobuf.Timestamp
 	0,  // 2: aion.v1.Worker.state:type_name -> aion.v1.WorkerState
-	23, // 3: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
-	23, // 4: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	24, // 5: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
-	25, // 6: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
+	24, // 3: aion.v1.Worker.connected_time:type_name -> google.protobuf.Timestamp
+	24, // 4: aion.v1.Worker.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	25, // 5: aion.v1.Worker.capabilities:type_name -> aion.v1.InterventionPrimitive
+	26, // 6: aion.v1.PoolStats.oldest_age:type_name -> google.protobuf.Duration
 	5,  // 7: aion.v1.ListWorkersResponse.workers:type_name -> aion.v1.Worker
 	5,  // 8: aion.v1.DrainWorkerResponse.worker:type_name -> aion.v1.Worker
-	23, // 9: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 10: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
-	17, // 11: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
-	18, // 12: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
-	19, // 13: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
-	20, // 14: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
-	21, // 15: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
-	22, // 16: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
-	14, // 17: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
-	15, // 18: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
-	13, // 19: aion.v1.ClusterEvent.schedule_fired:type_name -> aion.v1.ScheduleFired
-	26, // 20: aion.v1.ScheduleFired.outcome:type_name -> aion.v1.ScheduleActionOutcome
-	23, // 21: aion.v1.ScheduleFired.nominal_time:type_name -> google.protobuf.Timestamp
-	27, // 22: aion.v1.RunStarted.run:type_name -> aion.v1.Run
-	27, // 23: aion.v1.RunClosed.run:type_name -> aion.v1.Run
-	5,  // 24: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
-	28, // 25: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
-	6,  // 26: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
-	5,  // 27: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
-	1,  // 28: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
-	28, // 29: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
-	28, // 30: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
-	6,  // 31: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
-	7,  // 32: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
-	9,  // 33: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
-	11, // 34: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
-	2,  // 35: aion.v1.ClusterService.ListWaiting:input_type -> aion.v1.ListWaitingRequest
-	8,  // 36: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
-	10, // 37: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
-	12, // 38: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
-	3,  // 39: aion.v1.ClusterService.ListWaiting:output_type -> aion.v1.ListWaitingResponse
-	36, // [36:40] is the sub-list for method output_type
-	32, // [32:36] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	24, // 9: aion.v1.ClusterEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 10: aion.v1.ClusterEvent.snapshot:type_name -> aion.v1.ClusterSnapshot
+	18, // 11: aion.v1.ClusterEvent.worker_connected:type_name -> aion.v1.WorkerConnected
+	19, // 12: aion.v1.ClusterEvent.worker_draining:type_name -> aion.v1.WorkerDraining
+	20, // 13: aion.v1.ClusterEvent.worker_disconnected:type_name -> aion.v1.WorkerDisconnected
+	21, // 14: aion.v1.ClusterEvent.namespace_created:type_name -> aion.v1.NamespaceCreated
+	22, // 15: aion.v1.ClusterEvent.placement_changed:type_name -> aion.v1.PlacementChanged
+	23, // 16: aion.v1.ClusterEvent.pool_stats:type_name -> aion.v1.PoolStatsUpdate
+	15, // 17: aion.v1.ClusterEvent.run_started:type_name -> aion.v1.RunStarted
+	16, // 18: aion.v1.ClusterEvent.run_closed:type_name -> aion.v1.RunClosed
+	14, // 19: aion.v1.ClusterEvent.schedule_fired:type_name -> aion.v1.ScheduleFired
+	13, // 20: aion.v1.ClusterEvent.resumed:type_name -> aion.v1.Resumed
+	27, // 21: aion.v1.ScheduleFired.outcome:type_name -> aion.v1.ScheduleActionOutcome
+	24, // 22: aion.v1.ScheduleFired.nominal_time:type_name -> google.protobuf.Timestamp
+	28, // 23: aion.v1.RunStarted.run:type_name -> aion.v1.Run
+	28, // 24: aion.v1.RunClosed.run:type_name -> aion.v1.Run
+	5,  // 25: aion.v1.ClusterSnapshot.workers:type_name -> aion.v1.Worker
+	29, // 26: aion.v1.ClusterSnapshot.namespaces:type_name -> aion.v1.Namespace
+	6,  // 27: aion.v1.ClusterSnapshot.pools:type_name -> aion.v1.PoolStats
+	5,  // 28: aion.v1.WorkerConnected.worker:type_name -> aion.v1.Worker
+	1,  // 29: aion.v1.WorkerDisconnected.reason:type_name -> aion.v1.DisconnectReason
+	29, // 30: aion.v1.NamespaceCreated.namespace:type_name -> aion.v1.Namespace
+	29, // 31: aion.v1.PlacementChanged.namespace:type_name -> aion.v1.Namespace
+	6,  // 32: aion.v1.PoolStatsUpdate.pools:type_name -> aion.v1.PoolStats
+	7,  // 33: aion.v1.ClusterService.ListWorkers:input_type -> aion.v1.ListWorkersRequest
+	9,  // 34: aion.v1.ClusterService.DrainWorker:input_type -> aion.v1.DrainWorkerRequest
+	11, // 35: aion.v1.ClusterService.Watch:input_type -> aion.v1.WatchRequest
+	2,  // 36: aion.v1.ClusterService.ListWaiting:input_type -> aion.v1.ListWaitingRequest
+	8,  // 37: aion.v1.ClusterService.ListWorkers:output_type -> aion.v1.ListWorkersResponse
+	10, // 38: aion.v1.ClusterService.DrainWorker:output_type -> aion.v1.DrainWorkerResponse
+	12, // 39: aion.v1.ClusterService.Watch:output_type -> aion.v1.ClusterEvent
+	3,  // 40: aion.v1.ClusterService.ListWaiting:output_type -> aion.v1.ListWaitingResponse
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_cluster_proto_init() }
@@ -1984,6 +2070,7 @@ func file_aion_v1_cluster_proto_init() {
 		(*ClusterEvent_RunStarted)(nil),
 		(*ClusterEvent_RunClosed)(nil),
 		(*ClusterEvent_ScheduleFired)(nil),
+		(*ClusterEvent_Resumed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1991,7 +2078,7 @@ func file_aion_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_cluster_proto_rawDesc), len(file_aion_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,8 @@
 // The aion ops console. Topology (workers connecting, draining and leaving,
 // namespaces and their placement, pool load) comes from the Server-Sent
-// Events stream at /api/v1/events: a snapshot first, then numbered deltas.
+// Events stream at /api/v1/events: a snapshot first, then numbered deltas; a
+// reconnect names the last position seen and, when the server still holds
+// what was missed, gets `resumed` and just those deltas instead.
 // What the stream does not carry (slots in use, last heartbeat) is refreshed
 // from /api/v1/workers every few seconds, activities are read from
 // /api/v1/activities, workflow runs, with their history, from
@@ -102,6 +104,7 @@ const state = {
   pools: new Map(), // namespace -> [PoolStats]
   nsWorkers: new Map(), // namespace -> connected workers serving it
   lastSeq: 0,
+  epoch: "", // the stream lastSeq belongs to; empty asks for a snapshot
   snapshots: 0,
   live: false,
 };
@@ -446,21 +449,35 @@ function connect() {
   if (source) source.close();
   setConn(state.snapshots ? "reconnecting" : "connecting", state.snapshots ? "reconnecting…" : "connecting…");
   if (!state.snapshots) performance.mark("aion-stream-open");
-  const es = new EventSource(token ? `/api/v1/events?access_token=${encodeURIComponent(token)}` : "/api/v1/events");
+  const params = new URLSearchParams();
+  if (token) params.set("access_token", token);
+  if (state.epoch) params.set("after", `${state.epoch}-${state.lastSeq}`);
+  const query = params.toString();
+  const es = new EventSource(query ? `/api/v1/events?${query}` : "/api/v1/events");
   source = es;
-  let opened = false; // this connection delivered its snapshot
+  let opened = false; // this connection delivered its snapshot, or resumed
   es.addEventListener("snapshot", (m) => {
     if (source !== es) return;
     opened = true;
     if (!state.snapshots) performance.mark("aion-snapshot-arrived");
     onSnapshot(JSON.parse(m.data));
   });
+  // The server still held every event since lastSeq: the view stands and
+  // the missed deltas follow.
+  es.addEventListener("resumed", (m) => {
+    if (source !== es) return;
+    opened = true;
+    retryMs = RETRY_MIN_MS;
+    setConn("live", "live");
+    note("stream", `resumed after #${JSON.parse(m.data).sequence || 0}`);
+  });
   for (const kind of DELTAS) {
     es.addEventListener(kind, (m) => source === es && onDelta(kind, JSON.parse(m.data)));
   }
   // "error" is both the browser's network error and the server's own
   // `event: error` (a subscriber that fell too far behind). Either way the
-  // deltas after it cannot be trusted: start over from a fresh snapshot.
+  // stream ends there: reconnect after the last delta received (the server
+  // answers with a fresh snapshot when it no longer holds what followed).
   es.addEventListener("error", (m) => {
     if (source !== es) return;
     let why = "event stream lost";
@@ -528,6 +545,7 @@ function onSnapshot(ev) {
   if (!state.snapshots) performance.mark("aion-snapshot-received");
   const snap = ev.snapshot || {};
   state.lastSeq = Number(ev.sequence || 0);
+  state.epoch = ev.epoch || "";
   state.snapshots++;
   workersTable.quiet = namespacesTable.quiet = true;
   state.workers = replace(state.workers, snap.workers || [], (w) => w.id, workersTable);
@@ -549,6 +567,7 @@ function onDelta(kind, ev) {
   // Events of namespaces the caller may not see are not sent, so the
   // sequence may skip ahead; within one stream it never goes back.
   if (seq <= state.lastSeq) {
+    state.epoch = ""; // the view cannot be trusted: start over from a snapshot
     resubscribe(`event stream went back from #${state.lastSeq} to #${seq}`, true);
     return;
   }

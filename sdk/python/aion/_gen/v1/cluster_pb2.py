@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61ion/v1/cluster.proto\x12\x07\x61ion.v1\x1a\x1a\x61ion/v1/intervention.proto\x1a\x17\x61ion/v1/namespace.proto\x1a\x16\x61ion/v1/schedule.proto\x1a\x16\x61ion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\'\n\x12ListWaitingRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"O\n\x13ListWaitingResponse\x12%\n\x06groups\x18\x01 \x03(\x0b\x32\x15.aion.v1.WaitingGroup\x12\x11\n\ttruncated\x18\x02 \x01(\r\"\xd6\x01\n\x0cWaitingGroup\x12\x12\n\ntask_queue\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x05 \x01(\t\x12\x0f\n\x07held_by\x18\x06 \x01(\t\x12\x17\n\x0f\x63oncurrency_key\x18\x07 \x01(\t\x12\r\n\x05\x63ount\x18\x08 \x01(\x04\x12\x35\n\x11oldest_ready_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa6\x04\n\x06Worker\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\nnamespaces\x18\x02 \x03(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x16\n\x0e\x61\x63tivity_types\x18\x05 \x03(\t\x12\r\n\x05slots\x18\x06 \x01(\r\x12\x14\n\x0cslots_in_use\x18\x07 \x01(\r\x12#\n\x05state\x18\x08 \x01(\x0e\x32\x14.aion.v1.WorkerState\x12\x11\n\ttransport\x18\t \x01(\t\x12\x32\n\x0e\x63onnected_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0c\x63\x61pabilities\x18\x0c \x03(\x0e\x32\x1e.aion.v1.InterventionPrimitive\x12\x10\n\x08identity\x18\r \x01(\t\x12\x13\n\x0bsdk_version\x18\x0e \x01(\t\x12\x0c\n\x04peer\x18\x0f \x01(\t\x12\x0e\n\x06server\x18\x10 \x01(\t\x12\x16\n\x0eworkflow_types\x18\x11 \x03(\t\x12\x10\n\x08\x62uild_id\x18\x12 \x01(\t\x12\x1c\n\x14\x63ompatible_build_ids\x18\x13 \x03(\t\x12\x16\n\x0eworkflow_slots\x18\x14 \x01(\r\x12\x1d\n\x15workflow_slots_in_use\x18\x15 \x01(\r\"\x97\x01\n\tPoolStats\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ntask_queue\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x03 \x01(\x04\x12-\n\noldest_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07workers\x18\x05 \x01(\r\x12\x12\n\nslots_free\x18\x06 \x01(\r\"\'\n\x12ListWorkersRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"7\n\x13ListWorkersResponse\x12 \n\x07workers\x18\x01 \x03(\x0b\x32\x0f.aion.v1.Worker\"\'\n\x12\x44rainWorkerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\x04\"6\n\x13\x44rainWorkerResponse\x12\x1f\n\x06worker\x18\x01 \x01(\x0b\x32\x0f.aion.v1.Worker\"&\n\x0cWatchRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\"\xcf\x04\n\x0c\x43lusterEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08snapshot\x18\x03 \x01(\x0b\x32\x18.aion.v1.ClusterSnapshotH\x00\x12\x34\n\x10worker_connected\x18\x04 \x01(\x0b\x32\x18.aion.v1.WorkerConnectedH\x00\x12\x32\n\x0fworker_draining\x18\x05 \x01(\x0b\x32\x17.aion.v1.WorkerDrainingH\x00\x12:\n\x13worker_disconnected\x18\x06 \x01(\x0b\x32\x1b.aion.v1.WorkerDisconnectedH\x00\x12\x36\n\x11namespace_created\x18\x07 \x01(\x0b\x32\x19.aion.v1.NamespaceCreatedH\x00\x12\x36\n\x11placement_changed\x18\x08 \x01(\x0b\x32\x19.aion.v1.PlacementChangedH\x00\x12.\n\npool_stats\x18\t \x01(\x0b\x32\x18.aion.v1.PoolStatsUpdateH\x00\x12*\n\x0brun_started\x18\n \x01(\x0b\x32\x13.aion.v1.RunStartedH\x00\x12(\n\nrun_closed\x18\x0b \x01(\x0b\x32\x12.aion.v1.RunClosedH\x00\x12\x30\n\x0eschedule_fired\x18\x0c \x01(\x0b\x32\x16.aion.v1.ScheduleFiredH\x00\x42\x07\n\x05\x65vent\"\xec\x01\n\rScheduleFired\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12/\n\x07outcome\x18\x03 \x01(\x0e\x32\x1e.aion.v1.ScheduleActionOutcome\x12\x0e\n\x06origin\x18\x04 \x01(\t\x12\x30\n\x0cnominal_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63ount\x18\x06 \x01(\x03\x12\x11\n\taction_id\x18\x07 \x01(\t\x12\x0e\n\x06run_id\x18\x08 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\t \x01(\t\"\'\n\nRunStarted\x12\x19\n\x03run\x18\x01 \x01(\x0b\x32\x0c.aion.v1.Run\"&\n\tRunClosed\x12\x19\n\x03run\x18\x01 \x01(\x0b\x32\x0c.aion.v1.Run\"~\n\x0f\x43lusterSnapshot\x12 \n\x07workers\x18\x01 \x03(\x0b\x32\x0f.aion.v1.Worker\x12&\n\nnamespaces\x18\x02 \x03(\x0b\x32\x12.aion.v1.Namespace\x12!\n\x05pools\x18\x03 \x03(\x0b\x32\x12.aion.v1.PoolStats\"2\n\x0fWorkerConnected\x12\x1f\n\x06worker\x18\x01 \x01(\x0b\x32\x0f.aion.v1.Worker\"#\n\x0eWorkerDraining\x12\x11\n\tworker_id\x18\x01 \x01(\x04\"f\n\x12WorkerDisconnected\x12\x11\n\tworker_id\x18\x01 \x01(\x04\x12\x12\n\nnamespaces\x18\x02 \x03(\t\x12)\n\x06reason\x18\x03 \x01(\x0e\x32\x19.aion.v1.DisconnectReason\"9\n\x10NamespaceCreated\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"9\n\x10PlacementChanged\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"4\n\x0fPoolStatsUpdate\x12!\n\x05pools\x18\x01 \x03(\x0b\x32\x12.aion.v1.PoolStats*b\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKER_STATE_CONNECTED\x10\x01\x12\x19\n\x15WORKER_STATE_DRAINING\x10\x02*\xdc\x01\n\x10\x44isconnectReason\x12!\n\x1d\x44ISCONNECT_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x44ISCONNECT_REASON_DISCONNECT\x10\x01\x12\x1d\n\x19\x44ISCONNECT_REASON_TIMEOUT\x10\x02\x12\"\n\x1e\x44ISCONNECT_REASON_DEREGISTERED\x10\x03\x12\x1d\n\x19\x44ISCONNECT_REASON_DRAINED\x10\x04\x12!\n\x1d\x44ISCONNECT_REASON_SERVER_LOST\x10\x05\x32\xa7\x02\n\x0e\x43lusterService\x12H\n\x0bListWorkers\x12\x1b.aion.v1.ListWorkersRequest\x1a\x1c.aion.v1.ListWorkersResponse\x12H\n\x0b\x44rainWorker\x12\x1b.aion.v1.DrainWorkerRequest\x1a\x1c.aion.v1.DrainWorkerResponse\x12\x37\n\x05Watch\x12\x15.aion.v1.WatchRequest\x1a\x15.aion.v1.ClusterEvent0\x01\x12H\n\x0bListWaiting\x12\x1b.aion.v1.ListWaitingRequest\x1a\x1c.aion.v1.ListWaitingResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61ion/v1/cluster.proto\x12\x07\x61ion.v1\x1a\x1a\x61ion/v1/intervention.proto\x1a\x17\x61ion/v1/namespace.proto\x1a\x16\x61ion/v1/schedule.proto\x1a\x16\x61ion/v1/workflow.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\'\n\x12ListWaitingRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"O\n\x13ListWaitingResponse\x12%\n\x06groups\x18\x01 \x03(\x0b\x32\x15.aion.v1.WaitingGroup\x12\x11\n\ttruncated\x18\x02 \x01(\r\"\xd6\x01\n\x0cWaitingGroup\x12\x12\n\ntask_queue\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x14\n\x0c\x66\x61irness_key\x18\x05 \x01(\t\x12\x0f\n\x07held_by\x18\x06 \x01(\t\x12\x17\n\x0f\x63oncurrency_key\x18\x07 \x01(\t\x12\r\n\x05\x63ount\x18\x08 \x01(\x04\x12\x35\n\x11oldest_ready_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa6\x04\n\x06Worker\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\nnamespaces\x18\x02 \x03(\t\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x16\n\x0e\x61\x63tivity_types\x18\x05 \x03(\t\x12\r\n\x05slots\x18\x06 \x01(\r\x12\x14\n\x0cslots_in_use\x18\x07 \x01(\r\x12#\n\x05state\x18\x08 \x01(\x0e\x32\x14.aion.v1.WorkerState\x12\x11\n\ttransport\x18\t \x01(\t\x12\x32\n\x0e\x63onnected_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0c\x63\x61pabilities\x18\x0c \x03(\x0e\x32\x1e.aion.v1.InterventionPrimitive\x12\x10\n\x08identity\x18\r \x01(\t\x12\x13\n\x0bsdk_version\x18\x0e \x01(\t\x12\x0c\n\x04peer\x18\x0f \x01(\t\x12\x0e\n\x06server\x18\x10 \x01(\t\x12\x16\n\x0eworkflow_types\x18\x11 \x03(\t\x12\x10\n\x08\x62uild_id\x18\x12 \x01(\t\x12\x1c\n\x14\x63ompatible_build_ids\x18\x13 \x03(\t\x12\x16\n\x0eworkflow_slots\x18\x14 \x01(\r\x12\x1d\n\x15workflow_slots_in_use\x18\x15 \x01(\r\"\x97\x01\n\tPoolStats\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ntask_queue\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x03 \x01(\x04\x12-\n\noldest_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07workers\x18\x05 \x01(\r\x12\x12\n\nslots_free\x18\x06 \x01(\r\"\'\n\x12ListWorkersRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"7\n\x13ListWorkersResponse\x12 \n\x07workers\x18\x01 \x03(\x0b\x32\x0f.aion.v1.Worker\"\'\n\x12\x44rainWorkerRequest\x12\x11\n\tworker_id\x18\x01 \x01(\x04\"6\n\x13\x44rainWorkerResponse\x12\x1f\n\x06worker\x18\x01 \x01(\x0b\x32\x0f.aion.v1.Worker\"5\n\x0cWatchRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\t\"\x83\x05\n\x0c\x43lusterEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65poch\x18\x0e \x01(\t\x12,\n\x08snapshot\x18\x03 \x01(\x0b\x32\x18.aion.v1.ClusterSnapshotH\x00\x12\x34\n\x10worker_connected\x18\x04 \x01(\x0b\x32\x18.aion.v1.WorkerConnectedH\x00\x12\x32\n\x0fworker_draining\x18\x05 \x01(\x0b\x32\x17.aion.v1.WorkerDrainingH\x00\x12:\n\x13worker_disconnected\x18\x06 \x01(\x0b\x32\x1b.aion.v1.WorkerDisconnectedH\x00\x12\x36\n\x11namespace_created\x18\x07 \x01(\x0b\x32\x19.aion.v1.NamespaceCreatedH\x00\x12\x36\n\x11placement_changed\x18\x08 \x01(\x0b\x32\x19.aion.v1.PlacementChangedH\x00\x12.\n\npool_stats\x18\t \x01(\x0b\x32\x18.aion.v1.PoolStatsUpdateH\x00\x12*\n\x0brun_started\x18\n \x01(\x0b\x32\x13.aion.v1.RunStartedH\x00\x12(\n\nrun_closed\x18\x0b \x01(\x0b\x32\x12.aion.v1.RunClosedH\x00\x12\x30\n\x0eschedule_fired\x18\x0c \x01(\x0b\x32\x16.aion.v1.ScheduleFiredH\x00\x12#\n\x07resumed\x18\r \x01(\x0b\x32\x10.aion.v1.ResumedH\x00\x42\x07\n\x05\x65vent\"\t\n\x07Resumed\"\xec\x01\n\rScheduleFired\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12/\n\x07outcome\x18\x03 \x01(\x0e\x32\x1e.aion.v1.ScheduleActionOutcome\x12\x0e\n\x06origin\x18\x04 \x01(\t\x12\x30\n\x0cnominal_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63ount\x18\x06 \x01(\x03\x12\x11\n\taction_id\x18\x07 \x01(\t\x12\x0e\n\x06run_id\x18\x08 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\t \x01(\t\"\'\n\nRunStarted\x12\x19\n\x03run\x18\x01 \x01(\x0b\x32\x0c.aion.v1.Run\"&\n\tRunClosed\x12\x19\n\x03run\x18\x01 \x01(\x0b\x32\x0c.aion.v1.Run\"~\n\x0f\x43lusterSnapshot\x12 \n\x07workers\x18\x01 \x03(\x0b\x32\x0f.aion.v1.Worker\x12&\n\nnamespaces\x18\x02 \x03(\x0b\x32\x12.aion.v1.Namespace\x12!\n\x05pools\x18\x03 \x03(\x0b\x32\x12.aion.v1.PoolStats\"2\n\x0fWorkerConnected\x12\x1f\n\x06worker\x18\x01 \x01(\x0b\x32\x0f.aion.v1.Worker\"#\n\x0eWorkerDraining\x12\x11\n\tworker_id\x18\x01 \x01(\x04\"f\n\x12WorkerDisconnected\x12\x11\n\tworker_id\x18\x01 \x01(\x04\x12\x12\n\nnamespaces\x18\x02 \x03(\t\x12)\n\x06reason\x18\x03 \x01(\x0e\x32\x19.aion.v1.DisconnectReason\"9\n\x10NamespaceCreated\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"9\n\x10PlacementChanged\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"4\n\x0fPoolStatsUpdate\x12!\n\x05pools\x18\x01 \x03(\x0b\x32\x12.aion.v1.PoolStats*b\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKER_STATE_CONNECTED\x10\x01\x12\x19\n\x15WORKER_STATE_DRAINING\x10\x02*\xdc\x01\n\x10\x44isconnectReason\x12!\n\x1d\x44ISCONNECT_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x44ISCONNECT_REASON_DISCONNECT\x10\x01\x12\x1d\n\x19\x44ISCONNECT_REASON_TIMEOUT\x10\x02\x12\"\n\x1e\x44ISCONNECT_REASON_DEREGISTERED\x10\x03\x12\x1d\n\x19\x44ISCONNECT_REASON_DRAINED\x10\x04\x12!\n\x1d\x44ISCONNECT_REASON_SERVER_LOST\x10\x05\x32\xa7\x02\n\x0e\x43lusterService\x12H\n\x0bListWorkers\x12\x1b.aion.v1.ListWorkersRequest\x1a\x1c.aion.v1.ListWorkersResponse\x12H\n\x0b\x44rainWorker\x12\x1b.aion.v1.DrainWorkerRequest\x1a\x1c.aion.v1.DrainWorkerResponse\x12\x37\n\x05Watch\x12\x15.aion.v1.WatchRequest\x1a\x15.aion.v1.ClusterEvent0\x01\x12H\n\x0bListWaiting\x12\x1b.aion.v1.ListWaitingRequest\x1a\x1c.aion.v1.ListWaitingResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aion.v1.cluster_pb2', globals())
@@ -27,10 +27,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z+github.com/aion-run/aion/gen/aion/v1;aionv1'
-  _WORKERSTATE._serialized_start=2888
-  _WORKERSTATE._serialized_end=2986
-  _DISCONNECTREASON._serialized_start=2989
-  _DISCONNECTREASON._serialized_end=3209
+  _WORKERSTATE._serialized_start=2966
+  _WORKERSTATE._serialized_end=3064
+  _DISCONNECTREASON._serialized_start=3067
+  _DISCONNECTREASON._serialized_end=3287
   _LISTWAITINGREQUEST._serialized_start=200
   _LISTWAITINGREQUEST._serialized_end=239
   _LISTWAITINGRESPONSE._serialized_start=241
@@ -50,29 +50,31 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _DRAINWORKERRESPONSE._serialized_start=1385
   _DRAINWORKERRESPONSE._serialized_end=1439
   _WATCHREQUEST._serialized_start=1441
-  _WATCHREQUEST._serialized_end=1479
-  _CLUSTEREVENT._serialized_start=1482
-  _CLUSTEREVENT._serialized_end=2073
-  _SCHEDULEFIRED._serialized_start=2076
-  _SCHEDULEFIRED._serialized_end=2312
-  _RUNSTARTED._serialized_start=2314
-  _RUNSTARTED._serialized_end=2353
-  _RUNCLOSED._serialized_start=2355
-  _RUNCLOSED._serialized_end=2393
-  _CLUSTERSNAPSHOT._serialized_start=2395
-  _CLUSTERSNAPSHOT._serialized_end=2521
-  _WORKERCONNECTED._serialized_start=2523
-  _WORKERCONNECTED._serialized_end=2573
-  _WORKERDRAINING._serialized_start=2575
-  _WORKERDRAINING._serialized_end=2610
-  _WORKERDISCONNECTED._serialized_start=2612
-  _WORKERDISCONNECTED._serialized_end=2714
-  _NAMESPACECREATED._serialized_start=2716
-  _NAMESPACECREATED._serialized_end=2773
-  _PLACEMENTCHANGED._serialized_start=2775
-  _PLACEMENTCHANGED._serialized_end=2832
-  _POOLSTATSUPDATE._serialized_start=2834
-  _POOLSTATSUPDATE._serialized_end=2886
-  _CLUSTERSERVICE._serialized_start=3212
-  _CLUSTERSERVICE._serialized_end=3507
+  _WATCHREQUEST._serialized_end=1494
+  _CLUSTEREVENT._serialized_start=1497
+  _CLUSTEREVENT._serialized_end=2140
+  _RESUMED._serialized_start=2142
+  _RESUMED._serialized_end=2151
+  _SCHEDULEFIRED._serialized_start=2154
+  _SCHEDULEFIRED._serialized_end=2390
+  _RUNSTARTED._serialized_start=2392
+  _RUNSTARTED._serialized_end=2431
+  _RUNCLOSED._serialized_start=2433
+  _RUNCLOSED._serialized_end=2471
+  _CLUSTERSNAPSHOT._serialized_start=2473
+  _CLUSTERSNAPSHOT._serialized_end=2599
+  _WORKERCONNECTED._serialized_start=2601
+  _WORKERCONNECTED._serialized_end=2651
+  _WORKERDRAINING._serialized_start=2653
+  _WORKERDRAINING._serialized_end=2688
+  _WORKERDISCONNECTED._serialized_start=2690
+  _WORKERDISCONNECTED._serialized_end=2792
+  _NAMESPACECREATED._serialized_start=2794
+  _NAMESPACECREATED._serialized_end=2851
+  _PLACEMENTCHANGED._serialized_start=2853
+  _PLACEMENTCHANGED._serialized_end=2910
+  _POOLSTATSUPDATE._serialized_start=2912
+  _POOLSTATSUPDATE._serialized_end=2964
+  _CLUSTERSERVICE._serialized_start=3290
+  _CLUSTERSERVICE._serialized_end=3585
 # @@protoc_insertion_point(module_scope)

@@ -22,10 +22,12 @@ WORKER_STATE_DRAINING: WorkerState
 WORKER_STATE_UNSPECIFIED: WorkerState
 
 class ClusterEvent(_message.Message):
-    __slots__ = ["namespace_created", "placement_changed", "pool_stats", "run_closed", "run_started", "schedule_fired", "sequence", "snapshot", "time", "worker_connected", "worker_disconnected", "worker_draining"]
+    __slots__ = ["epoch", "namespace_created", "placement_changed", "pool_stats", "resumed", "run_closed", "run_started", "schedule_fired", "sequence", "snapshot", "time", "worker_connected", "worker_disconnected", "worker_draining"]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_CREATED_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_CHANGED_FIELD_NUMBER: _ClassVar[int]
     POOL_STATS_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
     RUN_CLOSED_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIRED_FIELD_NUMBER: _ClassVar[int]
@@ -35,9 +37,11 @@ class ClusterEvent(_message.Message):
     WORKER_CONNECTED_FIELD_NUMBER: _ClassVar[int]
     WORKER_DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
     WORKER_DRAINING_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
     namespace_created: NamespaceCreated
     placement_changed: PlacementChanged
     pool_stats: PoolStatsUpdate
+    resumed: Resumed
     run_closed: RunClosed
     run_started: RunStarted
     schedule_fired: ScheduleFired
@@ -47,7 +51,7 @@ class ClusterEvent(_message.Message):
     worker_connected: WorkerConnected
     worker_disconnected: WorkerDisconnected
     worker_draining: WorkerDraining
-    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[_Union[ClusterSnapshot, _Mapping]] = ..., worker_connected: _Optional[_Union[WorkerConnected, _Mapping]] = ..., worker_draining: _Optional[_Union[WorkerDraining, _Mapping]] = ..., worker_disconnected: _Optional[_Union[WorkerDisconnected, _Mapping]] = ..., namespace_created: _Optional[_Union[NamespaceCreated, _Mapping]] = ..., placement_changed: _Optional[_Union[PlacementChanged, _Mapping]] = ..., pool_stats: _Optional[_Union[PoolStatsUpdate, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., run_closed: _Optional[_Union[RunClosed, _Mapping]] = ..., schedule_fired: _Optional[_Union[ScheduleFired, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., epoch: _Optional[str] = ..., snapshot: _Optional[_Union[ClusterSnapshot, _Mapping]] = ..., worker_connected: _Optional[_Union[WorkerConnected, _Mapping]] = ..., worker_draining: _Optional[_Union[WorkerDraining, _Mapping]] = ..., worker_disconnected: _Optional[_Union[WorkerDisconnected, _Mapping]] = ..., namespace_created: _Optional[_Union[NamespaceCreated, _Mapping]] = ..., placement_changed: _Optional[_Union[PlacementChanged, _Mapping]] = ..., pool_stats: _Optional[_Union[PoolStatsUpdate, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., run_closed: _Optional[_Union[RunClosed, _Mapping]] = ..., schedule_fired: _Optional[_Union[ScheduleFired, _Mapping]] = ..., resumed: _Optional[_Union[Resumed, _Mapping]] = ...) -> None: ...
 
 class ClusterSnapshot(_message.Message):
     __slots__ = ["namespaces", "pools", "workers"]
@@ -131,6 +135,10 @@ class PoolStatsUpdate(_message.Message):
     pools: _containers.RepeatedCompositeFieldContainer[PoolStats]
     def __init__(self, pools: _Optional[_Iterable[_Union[PoolStats, _Mapping]]] = ...) -> None: ...
 
+class Resumed(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class RunClosed(_message.Message):
     __slots__ = ["run"]
     RUN_FIELD_NUMBER: _ClassVar[int]
@@ -188,10 +196,12 @@ class WaitingGroup(_message.Message):
     def __init__(self, task_queue: _Optional[str] = ..., kind: _Optional[str] = ..., type: _Optional[str] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ..., held_by: _Optional[str] = ..., concurrency_key: _Optional[str] = ..., count: _Optional[int] = ..., oldest_ready_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ["after_sequence"]
+    __slots__ = ["after_sequence", "epoch"]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     after_sequence: int
-    def __init__(self, after_sequence: _Optional[int] = ...) -> None: ...
+    epoch: str
+    def __init__(self, after_sequence: _Optional[int] = ..., epoch: _Optional[str] = ...) -> None: ...
 
 class Worker(_message.Message):
     __slots__ = ["activity_types", "build_id", "capabilities", "compatible_build_ids", "connected_time", "id", "identity", "last_heartbeat_time", "namespaces", "node", "peer", "sdk_version", "server", "slots", "slots_in_use", "state", "task_queue", "transport", "workflow_slots", "workflow_slots_in_use", "workflow_types"]
