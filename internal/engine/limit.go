@@ -399,9 +399,7 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	if e.cl == nil {
-		e.noteWorkflowLimitsLocked(ns, limits)
-	}
+	e.noteWorkflowLimitsLocked(ns, limits)
 	want := make(map[limitID]store.FlowLimit, len(limits))
 	for _, l := range limits {
 		if l.Namespace == ns && l.Kind == store.FlowActivity {
@@ -517,13 +515,9 @@ func (e *Engine) SetFlowLimit(ctx context.Context, caller namespace.Identity, l 
 		return store.FlowLimit{}, fmt.Errorf("%s: %w: %w", what, ErrInvalid, err)
 	}
 	// Refused rather than recorded and silently not applied.
-	switch {
-	case l.Kind == store.FlowWorkflow && l.Rate > 0:
+	if l.Kind == store.FlowWorkflow && l.Rate > 0 {
 		return store.FlowLimit{}, fmt.Errorf("%s: rate: %g: rate limits of workflow types are not enforced, only concurrency limits: %w",
 			what, l.Rate, ErrInvalid)
-	case l.Kind == store.FlowWorkflow && e.cl != nil:
-		return store.FlowLimit{}, fmt.Errorf("%s: kind: %q: limits of workflow types are not enforced in cluster mode, only on a single server: %w",
-			what, l.Kind, ErrInvalid)
 	}
 	if err := namespace.Authorize(caller, l.Namespace); err != nil {
 		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)

@@ -2,14 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
-	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -133,24 +130,6 @@ func TestRaisingOrClearingAWorkflowLimitAdmitsHeldRuns(t *testing.T) {
 		t.Fatalf("clear: %v", err)
 	}
 	wantTaskRuns(t, "no limit", fw.taskRuns(), "k-3", "k-4")
-}
-
-// In cluster mode a workflow type's limit is refused, not recorded and
-// silently ignored: runs of one type are held by several servers there.
-func TestWorkflowLimitIsRefusedInClusterMode(t *testing.T) {
-	t.Parallel()
-	b, _ := setupCluster(t, pgtest.Fresh(t, 0), "server-a")
-	ctx := context.Background()
-	if _, _, err := b.eng.minter.Create(ctx, "ns"); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	_, err := b.eng.SetFlowLimit(ctx, anyone, store.FlowLimit{Namespace: "ns", Kind: store.FlowWorkflow, Type: "order", Concurrency: 2})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not enforced in cluster mode") {
-		t.Fatalf("set a workflow limit in a cluster: %v, want ErrInvalid saying not enforced in cluster mode", err)
-	}
-	if ls, err := b.eng.FlowLimits(ctx, anyone, "ns"); err != nil || len(ls) != 0 {
-		t.Fatalf("limits after the refusal: %+v, %v; want none", ls, err)
-	}
 }
 
 // Terminating a held run takes it out of its key's FIFO and frees nothing;

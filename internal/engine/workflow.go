@@ -477,6 +477,7 @@ func (e *Engine) flushLocked(r *wfRun) {
 	if e.cl != nil {
 		w.Owner = e.cl.Self
 	}
+	e.wakeOnCloseLocked(r, &w)
 	extra := r.extra
 	upto := r.length()
 	r.writing, r.extra, r.update, r.updating, r.consume, r.post = true, nil, store.RunUpdate{}, false, nil, nil
