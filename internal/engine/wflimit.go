@@ -40,12 +40,26 @@ type wfGroupKey struct {
 type wfGroup struct {
 	admitted int
 	held     []*wfRun
-	// In cluster mode: counted is the key's admitted runs across the
-	// cluster the store last reported; checking is set while a goroutine
-	// asks the store to admit held runs, again when it must look once
-	// more before it stops.
+	// In cluster mode: fresh are the runs the store was not asked about
+	// yet, each asked once whatever the runs before it get (the store may
+	// have admitted it before, on this server or another); counted is the
+	// key's admitted runs across the cluster the store last reported;
+	// checking is set while a goroutine asks the store, again when it
+	// must look once more before it stops.
+	fresh           []*wfRun
 	counted         int
 	checking, again bool
+}
+
+// unholdLocked takes a run out of the key's FIFO.
+func (g *wfGroup) unholdLocked(r *wfRun) {
+	if i := slices.Index(g.held, r); i >= 0 {
+		g.held = slices.Delete(g.held, i, i+1)
+	}
+	if i := slices.Index(g.fresh, r); i >= 0 {
+		g.fresh = slices.Delete(g.fresh, i, i+1)
+	}
+	r.heldBy = nil
 }
 
 func runGroupKey(r *wfRun) wfGroupKey {
@@ -107,10 +121,7 @@ func (e *Engine) runLeftLimitLocked(r *wfRun) {
 	case g == nil:
 		return
 	case r.heldBy != nil:
-		if i := slices.Index(g.held, r); i >= 0 {
-			g.held = slices.Delete(g.held, i, i+1)
-		}
-		r.heldBy = nil
+		g.unholdLocked(r)
 	case r.admitted && k.key != "":
 		g.admitted--
 		r.admitted = false
@@ -142,7 +153,7 @@ func (e *Engine) admitHeldLocked(k wfGroupKey, g *wfGroup) {
 
 // dropIdleGroupLocked forgets a key with no admitted, held or checked run.
 func (e *Engine) dropIdleGroupLocked(k wfGroupKey, g *wfGroup) {
-	if g.admitted == 0 && len(g.held) == 0 && !g.checking && e.wfGroups[k] == g {
+	if g.admitted == 0 && len(g.held) == 0 && len(g.fresh) == 0 && !g.checking && e.wfGroups[k] == g {
 		delete(e.wfGroups, k)
 	}
 }
@@ -178,6 +189,9 @@ func (e *Engine) explainHeldRunLocked(r *wfRun) Explanation {
 	ex := Explanation{Reason: WhyConcurrencyLimit, ConcurrencyKey: k.key, Running: g.admitted,
 		Limit: e.wfLimitLocked(k.ns, k.typ), Ahead: slices.Index(g.held, r)}
 	if e.cl != nil {
+		if i := slices.Index(g.fresh, r); i >= 0 {
+			ex.Ahead = len(g.held) + i
+		}
 		ex.Running = g.counted
 		ex.Message = fmt.Sprintf("concurrency key %q of workflow type %q has %d runs admitted across the cluster of its limit of %d; %d wait before it for the key on this server",
 			k.key, k.typ, ex.Running, ex.Limit, ex.Ahead)
@@ -201,25 +215,19 @@ func (e *Engine) admitRecoveredRuns() {
 }
 
 // holdForStoreLocked puts a keyed run in its key's FIFO until the store
-// admits it (cluster mode). A run whose code has seen a recorded task was
-// admitted before (on this server or another): it goes first and is
-// admitted whatever the limit.
+// admits it (cluster mode).
 func (e *Engine) holdForStoreLocked(k wfGroupKey, g *wfGroup, r *wfRun) {
 	r.heldBy = g
-	if r.seen > 0 {
-		g.held = slices.Insert(g.held, 0, r)
-	} else {
-		g.held = append(g.held, r)
-	}
+	g.fresh = append(g.fresh, r)
 	e.checkHeldLocked(k, g)
 }
 
-// checkHeldLocked has the store asked to admit the key's held runs, oldest
-// first, by one goroutine per key; a call while one runs makes it look once
-// more before it stops.
+// checkHeldLocked has the store asked to admit the key's held runs, by
+// one goroutine per key; a call while one runs makes it look once more
+// before it stops.
 func (e *Engine) checkHeldLocked(k wfGroupKey, g *wfGroup) {
 	switch {
-	case len(g.held) == 0 || e.closed:
+	case len(g.held) == 0 && len(g.fresh) == 0 || e.closed:
 	case g.checking:
 		g.again = true
 	default:
@@ -237,22 +245,32 @@ func (e *Engine) checkAllHeldLocked() {
 	}
 }
 
-// admitHeldInStore asks the store to admit the key's oldest held run until
-// it refuses one (the others would be refused too) or none is left, and
-// gives each admitted run its first task. The store is asked off the
-// engine lock; a run that left the FIFO meanwhile (closed, or let go to
-// another server) keeps what the store recorded, which the next holder
-// reads back.
+// admitHeldInStore asks the store about each fresh run once, and to admit
+// the key's oldest held run until it refuses one (the others would be
+// refused too) or none is left; each admitted run is given its first
+// task. A refused fresh run joins the end of the FIFO. The store is asked
+// off the engine lock; a run that left the FIFO meanwhile (closed, or let
+// go to another server) keeps what the store recorded, which the next
+// holder reads back.
 func (e *Engine) admitHeldInStore(k wfGroupKey, g *wfGroup) {
 	defer e.bg.Done()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for {
-		g.again = false
-		if len(g.held) == 0 || e.closed {
-			break
+	headRefused := false
+ask:
+	for !e.closed {
+		if g.again {
+			g.again, headRefused = false, false
 		}
-		r := g.held[0]
+		var r *wfRun
+		switch {
+		case len(g.fresh) > 0:
+			r = g.fresh[0]
+		case len(g.held) > 0 && !headRefused:
+			r = g.held[0]
+		default:
+			break ask
+		}
 		limit := e.wfLimitLocked(k.ns, k.typ)
 		if r.seen > 0 {
 			limit = 0 // admitted before: it counts again whatever the limit
@@ -276,27 +294,27 @@ func (e *Engine) admitHeldInStore(k wfGroupKey, g *wfGroup) {
 		if err == nil {
 			g.counted = n
 		}
-		if err == nil && !ok {
-			if g.again {
-				continue
-			}
-			break
-		}
 		if r.heldBy != g {
 			continue // it left the FIFO while the store was asked
 		}
-		if i := slices.Index(g.held, r); i >= 0 {
-			g.held = slices.Delete(g.held, i, i+1)
-		}
-		r.heldBy = nil
-		if err != nil {
+		switch {
+		case err != nil:
 			// Closed in the store: its holder drops it once the close is
 			// read back.
-			continue
+			g.unholdLocked(r)
+		case ok:
+			g.unholdLocked(r)
+			r.admitted = true
+			g.admitted++
+			e.needTaskLocked(r)
+		default:
+			if i := slices.Index(g.fresh, r); i >= 0 {
+				g.fresh = slices.Delete(g.fresh, i, i+1)
+				g.held = append(g.held, r)
+			} else {
+				headRefused = true
+			}
 		}
-		r.admitted = true
-		g.admitted++
-		e.needTaskLocked(r)
 	}
 	g.checking = false
 	e.dropIdleGroupLocked(k, g)
