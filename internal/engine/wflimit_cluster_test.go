@@ -209,3 +209,47 @@ func TestClusterWorkflowLimitHoldsARunAndWhyExplainsIt(t *testing.T) {
 		t.Fatalf("first ended %s", rec.Status)
 	}
 }
+
+// An admission is recorded on the run: a run admitted by the server that
+// held it before (a restart, or a move to another server) keeps its slot
+// when a server claims it, ahead of an older run the store never admitted,
+// which waits until the admitted run closes.
+func TestClusterRunAdmittedBeforeKeepsItsSlot(t *testing.T) {
+	t.Parallel()
+	_, b := twoServers(t, 1)
+	ctx := context.Background()
+	start := func(id string) store.Run {
+		rec, _, err := b.eng.StartWorkflow(ctx, anyone, WorkflowRequest{Namespace: "ns", WorkflowID: id,
+			WorkflowType: "order", Flow: store.Flow{ConcurrencyKey: "k"}})
+		if err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+		return rec
+	}
+	// No worker serves the type yet: both runs wait in the store, held by
+	// no server; the older one was never admitted, the newer one was.
+	start("older")
+	newer := start("newer")
+	if ok, n, err := b.eng.st.AdmitRun(ctx, "ns", newer.RunID, 1); err != nil || !ok || n != 1 {
+		t.Fatalf("admit newer in the store: %v, %d, %v", ok, n, err)
+	}
+	fw := b.joinWorkflows("v1", 10, "order")
+	task := fw.nextRun("newer")
+	b.wantHeldRunOf("older", 1, 1)
+	fw.mustAnswer(task, false, complete(`"done"`))
+	fw.nextRun("older")
+}
+
+// wantHeldRunOf checks that why explains run id as held by key k's limit
+// with admitted runs of limit.
+func (b *bench) wantHeldRunOf(id string, admitted, limit int) {
+	b.t.Helper()
+	ex, err := b.eng.WhyWorkflow(context.Background(), anyone, "ns", id, "")
+	if err != nil {
+		b.t.Fatalf("why %s: %v", id, err)
+	}
+	if ex.Reason != WhyConcurrencyLimit || ex.ConcurrencyKey != "k" || ex.Running != admitted || ex.Limit != limit {
+		b.t.Fatalf("why %s: %s key %q admitted %d limit %d (%s), want concurrency_limit k %d %d",
+			id, ex.Reason, ex.ConcurrencyKey, ex.Running, ex.Limit, ex.Message, admitted, limit)
+	}
+}
