@@ -153,3 +153,33 @@ func TestTerminatingAHeldOrAdmittedRunKeepsTheCountRight(t *testing.T) {
 	}
 	fw.nextRun("k-3")
 }
+
+// Canceling a run its key's limit holds, before its code ever ran, closes
+// it as canceled at once without a workflow task; the admitted run is not
+// disturbed, and its close admits nobody (the held run is gone).
+func TestCancelingAHeldRunClosesItWithoutRunningItsCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setLimit(store.FlowLimit{Kind: store.FlowWorkflow, Type: "order", Concurrency: 1})
+	fw := b.joinWorkflows("v1", 10, "order")
+	b.startKeyedWF("k-1", "k")
+	b.startKeyedWF("k-2", "k")
+	first := fw.nextRun("k-1")
+	ctx := context.Background()
+	rec, err := b.eng.CancelWorkflow(ctx, anyone, "ns", "k-2", "", "not needed")
+	if err != nil {
+		t.Fatalf("cancel held k-2: %v", err)
+	}
+	if rec.Status != store.RunCanceled || rec.Failure == nil || rec.Failure.Type != FailureCanceled || rec.Failure.Message != "not needed" {
+		t.Fatalf("cancel held k-2 answered %s %+v, want canceled with the reason", rec.Status, rec.Failure)
+	}
+	if got := b.waitWF("k-2"); got.Status != store.RunCanceled {
+		t.Fatalf("k-2 ended %s, want canceled", got.Status)
+	}
+	idle(t, fw.conn.wf, "workflow task of the canceled held run")
+	fw.mustAnswer(first, false, complete(`1`))
+	if got := b.waitWF("k-1"); got.Status != store.RunCompleted {
+		t.Fatalf("k-1 ended %s, want completed", got.Status)
+	}
+	idle(t, fw.conn.wf, "workflow task after the admitted run closed")
+}
