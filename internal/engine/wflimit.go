@@ -189,8 +189,9 @@ func (e *Engine) explainHeldRunLocked(r *wfRun) Explanation {
 	ex := Explanation{Reason: WhyConcurrencyLimit, ConcurrencyKey: k.key, Running: g.admitted,
 		Limit: e.wfLimitLocked(k.ns, k.typ), Ahead: slices.Index(g.held, r)}
 	if e.cl != nil {
-		if i := slices.Index(g.fresh, r); i >= 0 {
-			ex.Ahead = len(g.held) + i
+		if slices.Contains(g.fresh, r) {
+			return Explanation{Reason: WhyBeingRecorded, ConcurrencyKey: k.key,
+				Message: fmt.Sprintf("the store is being asked to admit it under concurrency key %q of workflow type %q", k.key, k.typ)}
 		}
 		ex.Running = g.counted
 		ex.Message = fmt.Sprintf("concurrency key %q of workflow type %q has %d runs admitted across the cluster of its limit of %d; %d wait before it for the key on this server",
