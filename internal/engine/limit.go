@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -471,7 +472,8 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 }
 
 // AppliedFlowLimits returns the flow limits this server applies now in
-// namespace ns, ordered by type: in a cluster, what it has read back from
+// namespace ns, ordered by kind and type (a workflow type's with its
+// concurrency alone): in a cluster, what it has read back from
 // the store after the last change it heard of.
 func (e *Engine) AppliedFlowLimits(ns string) []store.FlowLimit {
 	e.mu.Lock()
@@ -482,7 +484,14 @@ func (e *Engine) AppliedFlowLimits(ns string) []store.FlowLimit {
 			out = append(out, l.spec)
 		}
 	}
-	slices.SortFunc(out, func(a, b store.FlowLimit) int { return strings.Compare(a.Type, b.Type) })
+	for id, n := range e.wfLimits {
+		if id.ns == ns {
+			out = append(out, store.FlowLimit{Namespace: ns, Kind: store.FlowWorkflow, Type: id.typ, Concurrency: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b store.FlowLimit) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Type, b.Type))
+	})
 	return out
 }
 
