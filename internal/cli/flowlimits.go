@@ -25,8 +25,13 @@ work waits, it is never failed:
                     (default: R rounded up), for the whole type, or with
                     --per-key per concurrency key
 
-Every server of a cluster applies them; 'aion activity why' names the limit
-that holds an activity.`,
+For a workflow type only --concurrency applies: at most N runs per
+concurrency key (workflow start --concurrency-key) are admitted, from their
+first workflow task until they close.
+
+Every server of a cluster applies them, counting across the cluster;
+'aion activity why' and 'aion workflow why' name the limit that holds an
+activity or a run.`,
 		Example: `  aion namespace limits set billing --activity-type charge --concurrency 2
   aion namespace limits set mail --activity-type send --rate 200 --burst 20
   aion namespace limits list billing

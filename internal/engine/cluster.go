@@ -146,6 +146,7 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 	}
 	if triples == nil {
 		e.markAllRunClaimsLocked()
+		e.checkAllHeldLocked()
 	}
 	for _, t := range triples {
 		if e.runNoticeLocked([3]string{t.Pool.Namespace, t.Pool.TaskQueue, t.ActivityType}) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -399,9 +400,7 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	if e.cl == nil {
-		e.noteWorkflowLimitsLocked(ns, limits)
-	}
+	e.noteWorkflowLimitsLocked(ns, limits)
 	want := make(map[limitID]store.FlowLimit, len(limits))
 	for _, l := range limits {
 		if l.Namespace == ns && l.Kind == store.FlowActivity {
@@ -473,7 +472,8 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 }
 
 // AppliedFlowLimits returns the flow limits this server applies now in
-// namespace ns, ordered by type: in a cluster, what it has read back from
+// namespace ns, ordered by kind and type (a workflow type's with its
+// concurrency alone): in a cluster, what it has read back from
 // the store after the last change it heard of.
 func (e *Engine) AppliedFlowLimits(ns string) []store.FlowLimit {
 	e.mu.Lock()
@@ -484,7 +484,14 @@ func (e *Engine) AppliedFlowLimits(ns string) []store.FlowLimit {
 			out = append(out, l.spec)
 		}
 	}
-	slices.SortFunc(out, func(a, b store.FlowLimit) int { return strings.Compare(a.Type, b.Type) })
+	for id, n := range e.wfLimits {
+		if id.ns == ns {
+			out = append(out, store.FlowLimit{Namespace: ns, Kind: store.FlowWorkflow, Type: id.typ, Concurrency: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b store.FlowLimit) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Type, b.Type))
+	})
 	return out
 }
 
@@ -517,13 +524,9 @@ func (e *Engine) SetFlowLimit(ctx context.Context, caller namespace.Identity, l 
 		return store.FlowLimit{}, fmt.Errorf("%s: %w: %w", what, ErrInvalid, err)
 	}
 	// Refused rather than recorded and silently not applied.
-	switch {
-	case l.Kind == store.FlowWorkflow && l.Rate > 0:
+	if l.Kind == store.FlowWorkflow && l.Rate > 0 {
 		return store.FlowLimit{}, fmt.Errorf("%s: rate: %g: rate limits of workflow types are not enforced, only concurrency limits: %w",
 			what, l.Rate, ErrInvalid)
-	case l.Kind == store.FlowWorkflow && e.cl != nil:
-		return store.FlowLimit{}, fmt.Errorf("%s: kind: %q: limits of workflow types are not enforced in cluster mode, only on a single server: %w",
-			what, l.Kind, ErrInvalid)
 	}
 	if err := namespace.Authorize(caller, l.Namespace); err != nil {
 		return store.FlowLimit{}, fmt.Errorf("%s: %w", what, err)

@@ -64,6 +64,12 @@ func (e *Engine) runNoticeLocked(t [3]string) bool {
 			e.rc.wake()
 		}
 		return true
+	case strings.HasPrefix(t[2], store.AdmitWorkPrefix):
+		k := wfGroupKey{t[0], t[1], strings.TrimPrefix(t[2], store.AdmitWorkPrefix)}
+		if g := e.wfGroups[k]; g != nil {
+			e.checkHeldLocked(k, g)
+		}
+		return true
 	case strings.HasPrefix(t[2], store.RunWorkPrefix):
 		c := store.RunClaim{Namespace: t[0], TaskQueue: t[1], WorkflowType: strings.TrimPrefix(t[2], store.RunWorkPrefix)}
 		if e.servesWorkflowLocked(c.Namespace, c.TaskQueue, c.WorkflowType) {
@@ -110,6 +116,7 @@ func (e *Engine) runRunClaims() {
 		if poll {
 			e.mu.Lock()
 			e.markAllRunClaimsLocked()
+			e.checkAllHeldLocked()
 			e.mu.Unlock()
 			e.pollOwnedInbox()
 			e.releaseUnservedRuns()

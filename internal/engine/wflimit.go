@@ -2,6 +2,8 @@ package engine
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -19,8 +21,14 @@ import (
 // not limited. Admitted runs of every key are counted whether or not a
 // limit is set, so a limit set later counts the runs already going.
 //
-// Workflow limits are refused in cluster mode (see SetFlowLimit): runs are
-// held by several servers there and no store count is kept yet.
+// In cluster mode the runs of a key are held by several servers, so the
+// store counts admissions (store AdmitRun): a keyed run waits in its key's
+// FIFO on this server until the store admits it, off the engine lock; the
+// head of the FIFO is asked again when an admitted run of its key closes
+// (an AdmitWork notice, or the close of a run held here), when the limit
+// changes, and at every run-claims poll, which catches a lost notice. An
+// admission is recorded on the run, so it outlives a restart and a move to
+// another server.
 
 // wfGroupKey names the runs of one concurrency key of a workflow type.
 type wfGroupKey struct {
@@ -32,6 +40,26 @@ type wfGroupKey struct {
 type wfGroup struct {
 	admitted int
 	held     []*wfRun
+	// In cluster mode: fresh are the runs the store was not asked about
+	// yet, each asked once whatever the runs before it get (the store may
+	// have admitted it before, on this server or another); counted is the
+	// key's admitted runs across the cluster the store last reported;
+	// checking is set while a goroutine asks the store, again when it
+	// must look once more before it stops.
+	fresh           []*wfRun
+	counted         int
+	checking, again bool
+}
+
+// unholdLocked takes a run out of the key's FIFO.
+func (g *wfGroup) unholdLocked(r *wfRun) {
+	if i := slices.Index(g.held, r); i >= 0 {
+		g.held = slices.Delete(g.held, i, i+1)
+	}
+	if i := slices.Index(g.fresh, r); i >= 0 {
+		g.fresh = slices.Delete(g.fresh, i, i+1)
+	}
+	r.heldBy = nil
 }
 
 func runGroupKey(r *wfRun) wfGroupKey {
@@ -68,6 +96,10 @@ func (e *Engine) admitRunLocked(r *wfRun) bool {
 		g = &wfGroup{}
 		e.wfGroups[k] = g
 	}
+	if e.cl != nil {
+		e.holdForStoreLocked(k, g, r)
+		return false
+	}
 	// A run whose code has seen a recorded task was admitted before a
 	// restart: it counts again whatever the limit.
 	if lim := e.wfLimitLocked(k.ns, k.typ); r.seen == 0 && lim > 0 && (g.admitted >= lim || len(g.held) > 0 || e.recoveringRuns) {
@@ -89,14 +121,15 @@ func (e *Engine) runLeftLimitLocked(r *wfRun) {
 	case g == nil:
 		return
 	case r.heldBy != nil:
-		if i := slices.Index(g.held, r); i >= 0 {
-			g.held = slices.Delete(g.held, i, i+1)
-		}
-		r.heldBy = nil
+		g.unholdLocked(r)
 	case r.admitted && k.key != "":
 		g.admitted--
 		r.admitted = false
 	default:
+		return
+	}
+	if e.cl != nil {
+		e.checkHeldLocked(k, g)
 		return
 	}
 	e.admitHeldLocked(k, g)
@@ -115,7 +148,12 @@ func (e *Engine) admitHeldLocked(k wfGroupKey, g *wfGroup) {
 		g.admitted++
 		e.needTaskLocked(r)
 	}
-	if g.admitted == 0 && len(g.held) == 0 && e.wfGroups[k] == g {
+	e.dropIdleGroupLocked(k, g)
+}
+
+// dropIdleGroupLocked forgets a key with no admitted, held or checked run.
+func (e *Engine) dropIdleGroupLocked(k wfGroupKey, g *wfGroup) {
+	if g.admitted == 0 && len(g.held) == 0 && len(g.fresh) == 0 && !g.checking && e.wfGroups[k] == g {
 		delete(e.wfGroups, k)
 	}
 }
@@ -134,7 +172,11 @@ func (e *Engine) noteWorkflowLimitsLocked(ns string, limits []store.FlowLimit) {
 		}
 	}
 	for k, g := range e.wfGroups {
-		if k.ns == ns && len(g.held) > 0 {
+		switch {
+		case k.ns != ns || len(g.held) == 0:
+		case e.cl != nil:
+			e.checkHeldLocked(k, g)
+		default:
 			e.admitHeldLocked(k, g)
 		}
 	}
@@ -146,6 +188,16 @@ func (e *Engine) explainHeldRunLocked(r *wfRun) Explanation {
 	k := runGroupKey(r)
 	ex := Explanation{Reason: WhyConcurrencyLimit, ConcurrencyKey: k.key, Running: g.admitted,
 		Limit: e.wfLimitLocked(k.ns, k.typ), Ahead: slices.Index(g.held, r)}
+	if e.cl != nil {
+		if slices.Contains(g.fresh, r) {
+			return Explanation{Reason: WhyBeingRecorded, ConcurrencyKey: k.key,
+				Message: fmt.Sprintf("the store is being asked to admit it under concurrency key %q of workflow type %q", k.key, k.typ)}
+		}
+		ex.Running = g.counted
+		ex.Message = fmt.Sprintf("concurrency key %q of workflow type %q has %d runs admitted across the cluster of its limit of %d; %d wait before it for the key on this server",
+			k.key, k.typ, ex.Running, ex.Limit, ex.Ahead)
+		return ex
+	}
 	ex.Message = fmt.Sprintf("concurrency key %q of workflow type %q has %d runs admitted of its limit of %d; %d wait before it for the key",
 		k.key, k.typ, ex.Running, ex.Limit, ex.Ahead)
 	return ex
@@ -160,5 +212,120 @@ func (e *Engine) admitRecoveredRuns() {
 	for k, g := range e.wfGroups {
 		slices.SortStableFunc(g.held, func(a, b *wfRun) int { return cmp.Compare(a.rec.Seq, b.rec.Seq) })
 		e.admitHeldLocked(k, g)
+	}
+}
+
+// holdForStoreLocked puts a keyed run in its key's FIFO until the store
+// admits it (cluster mode).
+func (e *Engine) holdForStoreLocked(k wfGroupKey, g *wfGroup, r *wfRun) {
+	r.heldBy = g
+	g.fresh = append(g.fresh, r)
+	e.checkHeldLocked(k, g)
+}
+
+// checkHeldLocked has the store asked to admit the key's held runs, by
+// one goroutine per key; a call while one runs makes it look once more
+// before it stops.
+func (e *Engine) checkHeldLocked(k wfGroupKey, g *wfGroup) {
+	switch {
+	case len(g.held) == 0 && len(g.fresh) == 0 || e.closed:
+	case g.checking:
+		g.again = true
+	default:
+		g.checking = true
+		e.bg.Add(1)
+		go e.admitHeldInStore(k, g)
+	}
+}
+
+// checkAllHeldLocked has the store asked about every key with held runs:
+// the backstop, at each run-claims poll, for a close notice lost.
+func (e *Engine) checkAllHeldLocked() {
+	for k, g := range e.wfGroups {
+		e.checkHeldLocked(k, g)
+	}
+}
+
+// admitHeldInStore asks the store about each fresh run once, and to admit
+// the key's oldest held run until it refuses one (the others would be
+// refused too) or none is left; each admitted run is given its first
+// task. A refused fresh run joins the end of the FIFO. The store is asked
+// off the engine lock; a run that left the FIFO meanwhile (closed, or let
+// go to another server) keeps what the store recorded, which the next
+// holder reads back.
+func (e *Engine) admitHeldInStore(k wfGroupKey, g *wfGroup) {
+	defer e.bg.Done()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	headRefused := false
+ask:
+	for !e.closed {
+		if g.again {
+			g.again, headRefused = false, false
+		}
+		var r *wfRun
+		switch {
+		case len(g.fresh) > 0:
+			r = g.fresh[0]
+		case len(g.held) > 0 && !headRefused:
+			r = g.held[0]
+		default:
+			break ask
+		}
+		limit := e.wfLimitLocked(k.ns, k.typ)
+		if r.seen > 0 {
+			limit = 0 // admitted before: it counts again whatever the limit
+		}
+		e.mu.Unlock()
+		var (
+			ok bool
+			n  int
+		)
+		err := e.call(func(ctx context.Context) (err error) {
+			ok, n, err = e.st.AdmitRun(ctx, k.ns, r.rec.RunID, limit)
+			return err
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			e.choreFailed("admit workflow runs", err)
+			e.mu.Lock()
+			break // the next poll asks again
+		}
+		e.choreOK("admit workflow runs")
+		e.mu.Lock()
+		if err == nil {
+			g.counted = n
+		}
+		if r.heldBy != g {
+			continue // it left the FIFO while the store was asked
+		}
+		switch {
+		case err != nil:
+			// Closed in the store: its holder drops it once the close is
+			// read back.
+			g.unholdLocked(r)
+		case ok:
+			g.unholdLocked(r)
+			r.admitted = true
+			g.admitted++
+			e.needTaskLocked(r)
+		default:
+			if i := slices.Index(g.fresh, r); i >= 0 {
+				g.fresh = slices.Delete(g.fresh, i, i+1)
+				g.held = append(g.held, r)
+			} else {
+				headRefused = true
+			}
+		}
+	}
+	g.checking = false
+	e.dropIdleGroupLocked(k, g)
+}
+
+// wakeOnCloseLocked names, for the write that closes a run, the key whose
+// slot the close frees (cluster mode): other servers holding runs of the
+// key ask the store again.
+func (e *Engine) wakeOnCloseLocked(r *wfRun, w *store.AppendEvents) {
+	if e.cl != nil && r.admitted && w.Update.Status.Closed() && r.rec.Flow.ConcurrencyKey != "" {
+		w.Wake = append(w.Wake, store.AdmitWork(r.rec.Namespace, r.rec.WorkflowType, r.rec.Flow.ConcurrencyKey))
 	}
 }

@@ -2,14 +2,11 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
-	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -135,24 +132,6 @@ func TestRaisingOrClearingAWorkflowLimitAdmitsHeldRuns(t *testing.T) {
 	wantTaskRuns(t, "no limit", fw.taskRuns(), "k-3", "k-4")
 }
 
-// In cluster mode a workflow type's limit is refused, not recorded and
-// silently ignored: runs of one type are held by several servers there.
-func TestWorkflowLimitIsRefusedInClusterMode(t *testing.T) {
-	t.Parallel()
-	b, _ := setupCluster(t, pgtest.Fresh(t, 0), "server-a")
-	ctx := context.Background()
-	if _, _, err := b.eng.minter.Create(ctx, "ns"); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	_, err := b.eng.SetFlowLimit(ctx, anyone, store.FlowLimit{Namespace: "ns", Kind: store.FlowWorkflow, Type: "order", Concurrency: 2})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not enforced in cluster mode") {
-		t.Fatalf("set a workflow limit in a cluster: %v, want ErrInvalid saying not enforced in cluster mode", err)
-	}
-	if ls, err := b.eng.FlowLimits(ctx, anyone, "ns"); err != nil || len(ls) != 0 {
-		t.Fatalf("limits after the refusal: %+v, %v; want none", ls, err)
-	}
-}
-
 // Terminating a held run takes it out of its key's FIFO and frees nothing;
 // terminating an admitted run admits the oldest held one.
 func TestTerminatingAHeldOrAdmittedRunKeepsTheCountRight(t *testing.T) {
@@ -173,4 +152,34 @@ func TestTerminatingAHeldOrAdmittedRunKeepsTheCountRight(t *testing.T) {
 		t.Fatalf("terminate admitted k-1: %v", err)
 	}
 	fw.nextRun("k-3")
+}
+
+// Canceling a run its key's limit holds, before its code ever ran, closes
+// it as canceled at once without a workflow task; the admitted run is not
+// disturbed, and its close admits nobody (the held run is gone).
+func TestCancelingAHeldRunClosesItWithoutRunningItsCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.setLimit(store.FlowLimit{Kind: store.FlowWorkflow, Type: "order", Concurrency: 1})
+	fw := b.joinWorkflows("v1", 10, "order")
+	b.startKeyedWF("k-1", "k")
+	b.startKeyedWF("k-2", "k")
+	first := fw.nextRun("k-1")
+	ctx := context.Background()
+	rec, err := b.eng.CancelWorkflow(ctx, anyone, "ns", "k-2", "", "not needed")
+	if err != nil {
+		t.Fatalf("cancel held k-2: %v", err)
+	}
+	if rec.Status != store.RunCanceled || rec.Failure == nil || rec.Failure.Type != FailureCanceled || rec.Failure.Message != "not needed" {
+		t.Fatalf("cancel held k-2 answered %s %+v, want canceled with the reason", rec.Status, rec.Failure)
+	}
+	if got := b.waitWF("k-2"); got.Status != store.RunCanceled {
+		t.Fatalf("k-2 ended %s, want canceled", got.Status)
+	}
+	idle(t, fw.conn.wf, "workflow task of the canceled held run")
+	fw.mustAnswer(first, false, complete(`1`))
+	if got := b.waitWF("k-1"); got.Status != store.RunCompleted {
+		t.Fatalf("k-1 ended %s, want completed", got.Status)
+	}
+	idle(t, fw.conn.wf, "workflow task after the admitted run closed")
 }

@@ -44,7 +44,9 @@ const (
 	// WhyInStore: in a cluster it waits in the store for a server with an
 	// eligible free worker to claim it.
 	WhyInStore WaitReason = "waiting_for_a_claim"
-	// WhyBeingRecorded: its schedule is being made durable.
+	// WhyBeingRecorded: its schedule is being made durable (a run: its
+	// start, or in a cluster its admission under its workflow type's
+	// concurrency limit is being asked of the store).
 	WhyBeingRecorded WaitReason = "being_recorded"
 	// WhyConcurrencyLimit: its concurrency key runs as many attempts as its
 	// activity type's concurrency limit allows (ConcurrencyKey, Running,

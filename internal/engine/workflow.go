@@ -477,6 +477,7 @@ func (e *Engine) flushLocked(r *wfRun) {
 	if e.cl != nil {
 		w.Owner = e.cl.Self
 	}
+	e.wakeOnCloseLocked(r, &w)
 	extra := r.extra
 	upto := r.length()
 	r.writing, r.extra, r.update, r.updating, r.consume, r.post = true, nil, store.RunUpdate{}, false, nil, nil
@@ -719,7 +720,8 @@ func (e *Engine) CancelWorkflow(ctx context.Context, caller namespace.Identity, 
 }
 
 // cancelRunLocked records the request once and cancels what the run waits
-// on; it returns the seq to wait for.
+// on; a run a concurrency limit holds before its code ever ran is closed as
+// canceled at once. It returns the seq to wait for.
 func (e *Engine) cancelRunLocked(r *wfRun, reason string) int64 {
 	if r.cancelRequested {
 		return r.length()
@@ -728,6 +730,13 @@ func (e *Engine) cancelRunLocked(r *wfRun, reason string) int64 {
 	now := e.now().UTC()
 	seq := e.appendLocked(r, now, &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_CancelRequested{
 		CancelRequested: &aionv1.CancelRequested{Reason: reason}}})
+	if r.heldBy != nil && r.seen == 0 {
+		// A concurrency limit holds the run and its code never ran: no
+		// code would answer the request until a slot frees, so it closes
+		// as canceled now.
+		seq = e.closeRunLocked(r, now, &aionv1.CloseWorkflowCommand{Status: aionv1.RunStatus_RUN_STATUS_CANCELED,
+			Failure: &aionv1.Failure{Type: FailureCanceled, Message: reason}})
+	}
 	e.flushLocked(r)
 	e.cancelStepsLocked(r, "workflow "+r.rec.WorkflowID+" canceled: "+reason)
 	e.needTaskLocked(r)

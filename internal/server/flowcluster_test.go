@@ -13,6 +13,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/server"
+	"github.com/aion-run/aion/internal/servertest"
 	"github.com/aion-run/aion/worker"
 	"google.golang.org/protobuf/proto"
 )
@@ -233,5 +234,65 @@ func TestClusterWhyNamesTheLimitHeldInTheStore(t *testing.T) {
 	w.complete(first, nil)
 	if next := w.nextTask(); next.GetActivityId() != "second" {
 		t.Fatalf("after first ended the worker got %v", next)
+	}
+}
+
+// A workflow type's concurrency limit set through one server holds across
+// the cluster: a run of the key another server holds waits, why there
+// names the limit, and the close of the admitted run on the first server
+// admits it (the close's notice reaches the other server).
+func TestClusterWorkflowLimitHoldsRunsAcrossServers(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, "a", "b")
+	setClusterLimit(t, c, &aionv1.FlowLimit{Namespace: "wfl", Kind: aionv1.FlowKind_FLOW_KIND_WORKFLOW, Type: "order",
+		Concurrency: proto.Int32(1)})
+	workers := map[string]*servertest.Worker{}
+	clients := map[string]aionv1.WorkflowServiceClient{}
+	for name, b := range c {
+		s := &servertest.Server{Server: b.srv, Addr: b.srv.GRPCAddr()}
+		workers[name] = s.Connect(t, &aionv1.Register{Namespaces: []string{"wfl"}, WorkflowTypes: []string{"order"}, Slots: 1,
+			BuildId: "b1"})
+		clients[name] = aionv1.NewWorkflowServiceClient(b.cc)
+	}
+	ctx := context.Background()
+	start := func(on, id string) {
+		t.Helper()
+		if _, err := clients[on].Start(ctx, &aionv1.StartWorkflowRequest{Namespace: "wfl", WorkflowId: id, WorkflowType: "order",
+			ConcurrencyKey: "k"}); err != nil {
+			t.Fatalf("start %s through %s: %v", id, on, err)
+		}
+	}
+	start("a", "first")
+	first := workers["a"].WorkflowTask()
+	if first.GetWorkflowId() != "first" {
+		t.Fatalf("a's worker got %s, want first", first.GetWorkflowId())
+	}
+	start("b", "second")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		why, err := clients["b"].Why(ctx, &aionv1.WhyWorkflowRequest{Namespace: "wfl", WorkflowId: "second"})
+		if err != nil {
+			t.Fatalf("why second: %v", err)
+		}
+		if why.GetReason() == "concurrency_limit" {
+			if why.GetConcurrencyKey() != "k" || why.GetRunning() != 1 || why.GetLimit() != 1 {
+				t.Fatalf("why second: %v; want key k, 1 of 1 admitted", why)
+			}
+			break
+		}
+		if why.GetReason() != "being_recorded" || time.Now().After(deadline) {
+			t.Fatalf("why second: %v; want concurrency_limit", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ack := workers["a"].AnswerWorkflowTask(first, servertest.CompleteRun(nil)); ack.GetRefused() != "" {
+		t.Fatalf("close of first refused: %s", ack.GetRefused())
+	}
+	second := workers["b"].WorkflowTask()
+	if second.GetWorkflowId() != "second" {
+		t.Fatalf("b's worker got %s, want second", second.GetWorkflowId())
+	}
+	if ack := workers["b"].AnswerWorkflowTask(second, servertest.CompleteRun(nil)); ack.GetRefused() != "" {
+		t.Fatalf("close of second refused: %s", ack.GetRefused())
 	}
 }

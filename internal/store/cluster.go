@@ -251,6 +251,10 @@ const (
 	// InboxWorkPrefix: {namespace, run id, prefix}: an event waits in the
 	// run's inbox for the server that holds it.
 	InboxWorkPrefix = "inbox:"
+	// AdmitWorkPrefix: {namespace, workflow type, prefix + concurrency
+	// key}: an admitted run of the key closed, so a run its workflow
+	// type's concurrency limit holds may be admitted now.
+	AdmitWorkPrefix = "admit:"
 )
 
 // RunWork is the notice triple for unheld runs of a workflow type in a pool.
@@ -261,6 +265,12 @@ func RunWork(namespace, taskQueue, workflowType string) [3]string {
 // InboxWork is the notice triple for an event waiting in a run's inbox.
 func InboxWork(namespace, runID string) [3]string {
 	return [3]string{namespace, runID, InboxWorkPrefix}
+}
+
+// AdmitWork is the notice triple for a freed slot of a concurrency key of
+// a workflow type.
+func AdmitWork(namespace, workflowType, concurrencyKey string) [3]string {
+	return [3]string{namespace, workflowType, AdmitWorkPrefix + concurrencyKey}
 }
 
 // NoticeKind names what a Notice announces.

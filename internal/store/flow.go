@@ -17,8 +17,8 @@ const (
 	// FlowActivity: attempts of activities of one activity type.
 	FlowActivity FlowKind = "activity"
 	// FlowWorkflow: runs of one workflow type, admitted at their first
-	// workflow task (the engine accepts only a concurrency limit, and only
-	// on a single server).
+	// workflow task (the engine accepts only a concurrency limit; a
+	// cluster's servers count admissions in the store, AdmitRun).
 	FlowWorkflow FlowKind = "workflow"
 )
 

@@ -120,6 +120,10 @@ type AppendEvents struct {
 	// Post puts events in other runs' inboxes (cluster mode), only if this
 	// write applies: a child's close for its parent.
 	Post []RunEvent
+	// Wake are work notices published once the write commits (cluster
+	// mode): the close of an admitted run names its concurrency key
+	// (AdmitWork). Backends without a cluster ignore it.
+	Wake [][3]string
 }
 
 // RunEvent is an event for a run's history sent by a server that does not
@@ -188,4 +192,15 @@ type WorkflowStore interface {
 	ReadHistory(ctx context.Context, namespace, runID string, after int64, limit int) ([]Event, error)
 	// OpenRuns returns every open run, oldest first, for recovery.
 	OpenRuns(ctx context.Context) ([]Run, error)
+	// AdmitRun admits an open run against its workflow type's concurrency
+	// limit, atomically across every server of the store: the run is
+	// marked admitted when it was already (idempotent), when it has no
+	// concurrency key, when limit is 0 (no limit: it counts against a
+	// limit set later), or when fewer than limit open runs of its
+	// namespace, workflow type and concurrency key are admitted. A run
+	// stays admitted until it closes; closed runs do not count. It reports
+	// whether the run is admitted and how many open runs of its key are
+	// admitted now (this one included when it is). A run that is missing
+	// or closed is an error wrapping ErrNotFound.
+	AdmitRun(ctx context.Context, namespace, runID string, limit int) (admitted bool, count int, err error)
 }

@@ -148,8 +148,9 @@ const (
 	// Attempts of activities of one activity type.
 	FlowKind_FLOW_KIND_ACTIVITY FlowKind = 1
 	// Runs of one workflow type: a concurrency limit counts the runs of a key admitted (given
-	// their first workflow task) until they close. SetFlowLimit refuses a rate, and any limit
-	// in cluster mode (InvalidArgument), rather than record a limit it would not enforce.
+	// their first workflow task) until they close, across every server of a cluster.
+	// SetFlowLimit refuses a rate (InvalidArgument), rather than record a limit it would not
+	// enforce.
 	FlowKind_FLOW_KIND_WORKFLOW FlowKind = 2
 )
 

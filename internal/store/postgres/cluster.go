@@ -57,6 +57,7 @@ func workPayload(writes []store.Write) string {
 			for _, p := range w.Post {
 				triples = append(triples, store.InboxWork(p.Namespace, p.RunID))
 			}
+			triples = append(triples, w.Wake...)
 		}
 	}
 	if len(triples) == 0 {

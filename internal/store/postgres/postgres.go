@@ -279,6 +279,11 @@ var migrations = []string{
 		ADD COLUMN tracestate text NOT NULL DEFAULT '';
 	ALTER TABLE runs ADD COLUMN traceparent text NOT NULL DEFAULT '',
 		ADD COLUMN tracestate text NOT NULL DEFAULT ''`,
+	// Runs gain their admission against their workflow type's concurrency
+	// limit, and the admitted open runs of a key are counted through
+	// runs_admitted.
+	`ALTER TABLE runs ADD COLUMN admitted boolean NOT NULL DEFAULT false;
+	CREATE INDEX runs_admitted ON runs (namespace, workflow_type, concurrency_key) WHERE status = 'running' AND admitted`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -559,6 +559,12 @@ var migrations = []string{
 	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
 	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
 	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq)`,
+	// Runs gain their admission against their workflow type's concurrency
+	// limit, and the admitted open runs of a key are counted through
+	// runs_admitted. The column lands after the bulky ones without a
+	// rebuild: only an admission reads it, never a listing.
+	`ALTER TABLE runs ADD COLUMN admitted INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX runs_admitted ON runs (namespace, workflow_type, concurrency_key) WHERE status = 'running' AND admitted = 1`,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -88,6 +88,11 @@ func TestUpgradeAddsTraceContextBeforeTheBulkyColumns(t *testing.T) {
 		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
+		// Columns added since by ALTER TABLE (runs.admitted, read by
+		// admissions alone, never by a listing) follow the bulky ones.
+		if table == "runs" && cols[len(cols)-1] == "admitted" {
+			cols = cols[:len(cols)-1]
+		}
 		want := append([]string{"traceparent", "tracestate"}, bulky...)
 		if tail := cols[len(cols)-len(want):]; !slices.Equal(tail, want) {
 			t.Errorf("%s columns end %s, want %s", table, strings.Join(tail, ","), strings.Join(want, ","))

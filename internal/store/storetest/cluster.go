@@ -65,6 +65,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
 		{"StepClosePostsWithTheActivity", testStepClosePostsWithTheActivity},
 		{"ReapReleasesTheRunsOfAnExpiredServer", testReapReleasesRuns},
+		{"AppendWakesWithItsNoticesOnceCommitted", testAppendWakes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -249,3 +249,21 @@ func testReapReleasesRuns(t *testing.T, c *clusterCase) {
 		t.Fatal("the run vanished")
 	}
 }
+
+// An append's Wake triples are published to every server with the write
+// (the close of an admitted run names its concurrency key).
+func testAppendWakes(t *testing.T, c *clusterCase) {
+	a := c.join("a", time.Minute)
+	c.startRun("r1", "order", a)
+	l := c.listen(a)
+	c.ready(l)
+	wake := store.AdmitWork("ns", "order", "k")
+	got := c.apply(store.AppendEvents{Namespace: "ns", RunID: "r1", After: 1, Events: []store.Event{{Seq: 2, Data: []byte("closed")}},
+		Update: store.RunUpdate{Status: store.RunCompleted, ClosedAt: time.Now()}, Owner: a, Wake: [][3]string{wake}})
+	if !got[0] {
+		t.Fatal("close of r1 refused")
+	}
+	if n := l.next(t); n.Kind != store.NoticeWork || !slices.Equal(n.Triples, [][3]string{wake}) {
+		t.Fatalf("notice of the close: %+v, want work %v", n, wake)
+	}
+}

@@ -40,6 +40,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runFlow(t, open)
 	})
+	t.Run("Admit", func(t *testing.T) {
+		t.Parallel()
+		runAdmit(t, open)
+	})
 }
 
 func runNamespace(t *testing.T, open Opener) {
