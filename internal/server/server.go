@@ -31,6 +31,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/reaper"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/scheduler"
 	"github.com/aion-run/aion/internal/store"
@@ -55,14 +56,16 @@ import (
 // starts nothing that runs, Start starts the goroutines the value owns, and
 // Stop returns once every one of them has ended.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	st      store.Store
-	where   string // the store, for the log
-	minter  *namespace.Minter
-	reg     *registry.Registry
-	eng     *engine.Engine
-	sched   *scheduler.Scheduler
+	cfg    Config
+	log    *slog.Logger
+	st     store.Store
+	where  string // the store, for the log
+	minter *namespace.Minter
+	reg    *registry.Registry
+	eng    *engine.Engine
+	sched  *scheduler.Scheduler
+	// reaper deletes expired closed work; nil when reaping is off.
+	reaper  *reaper.Reaper
 	bus     *events.Bus
 	runs    *runFeed
 	metrics *metrics.Metrics
@@ -241,6 +244,10 @@ func (s *Server) wire() {
 	})
 	s.sched = scheduler.New(scheduler.Config{Store: s.st, Engine: s.eng, Namespaces: s.minter, Log: s.log.With("part", "scheduler"),
 		Observer: s.metrics.Schedules(), MaxPayload: limit.Payload, Events: s.publishFire})
+	if cfg.ReapInterval > 0 {
+		s.reaper = reaper.New(reaper.Config{Store: s.st, Interval: cfg.ReapInterval,
+			Observer: s.metrics.Reaping(), Log: s.log.With("part", "reaper")})
+	}
 	if clustered {
 		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
 			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,
@@ -395,6 +402,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.sched.Start(ctx); err != nil {
 		return err
 	}
+	if s.reaper != nil {
+		if err := s.reaper.Start(ctx); err != nil {
+			return err
+		}
+	}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
@@ -535,6 +547,10 @@ func (s *Server) stop(ctx context.Context) error {
 	// it decided and had not carried out is carried out after a restart or
 	// by another server.
 	serr := s.sched.Stop(ctx)
+	var rerr error
+	if s.reaper != nil {
+		rerr = s.reaper.Stop(ctx)
+	}
 	// The membership's loops stop before the engine, and the server leaves
 	// only after it: its last results are written while it still owns
 	// their activities, and whatever still runs is then handed over at once.
@@ -543,7 +559,7 @@ func (s *Server) stop(ctx context.Context) error {
 		cerr = s.cluster.Stop(ctx)
 	}
 	eerr := s.eng.Stop(ctx)
-	return errors.Join(herr, serr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
+	return errors.Join(herr, serr, rerr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
 }
 
 // drain asks every worker to drain and waits, up to the drain timeout or
