@@ -215,6 +215,49 @@ func runRetention(t *testing.T, open Opener) {
 		startRun(t, s, newRun("ns", "wf-old-0", "again"), 1)
 	})
 
+	t.Run("ConcurrentReapersDeleteEachRowOnce", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		const n = 20
+		for i := range n {
+			closeActivity(t, s, "ns", fmt.Sprintf("a%02d", i), reapEpoch.Add(time.Duration(i)*time.Millisecond))
+		}
+		counts := make(chan int, 4)
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				total := 0
+				for {
+					got, err := s.ReapActivities(ctx, "ns", reapEpoch.Add(time.Hour), 3)
+					if err != nil {
+						errs <- err
+						counts <- total
+						return
+					}
+					total += got
+					if got == 0 {
+						counts <- total
+						return
+					}
+				}
+			}()
+		}
+		sum := 0
+		for range 4 {
+			sum += <-counts
+		}
+		close(errs)
+		for err := range errs {
+			t.Errorf("concurrent reap: %v", err)
+		}
+		if sum != n {
+			t.Fatalf("concurrent reapers reported %d deletions of %d activities, want each counted once", sum, n)
+		}
+		if got := list(t, s, store.ActivityFilter{Namespace: "ns"}); len(got) != 0 {
+			t.Fatalf("%d activities left after the reapers finished", len(got))
+		}
+	})
+
 	t.Run("ReapRefusesABadLimit", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
