@@ -64,9 +64,14 @@ func (noObserver) Passed(Pass)              {}
 
 // The defaults of Config.
 const (
-	DefaultInterval = 10 * time.Second
-	DefaultBatch    = 500
+	DefaultInterval    = 10 * time.Second
+	DefaultBatch       = 500
+	DefaultBatchTarget = 10 * time.Millisecond
 )
+
+// firstBatch is the size a reaper's first batch starts from (at most
+// Config.Batch); later batches adapt to BatchTarget.
+const firstBatch = 100
 
 // Config configures a Reaper.
 type Config struct {
@@ -80,6 +85,11 @@ type Config struct {
 	// Batch is the most rows one transaction deletes; 0 means
 	// DefaultBatch, and more than store.MaxReapBatch is cut to it.
 	Batch int
+	// BatchTarget is how long one batch should hold the store: a batch
+	// that took longer halves the next one, one that took less than half
+	// doubles it (up to Batch), so commits of new work never wait long
+	// behind a batch whatever the machine. 0 means DefaultBatchTarget.
+	BatchTarget time.Duration
 	// Observer is told what was deleted; nil for none.
 	Observer Observer
 	Log      *slog.Logger
@@ -92,8 +102,12 @@ type Reaper struct {
 	clk      clock.Clock
 	interval time.Duration
 	batch    int
-	obs      Observer
-	log      *slog.Logger
+	target   time.Duration
+	// size is the next batch's size, adapted to target; only the loop's
+	// goroutine touches it.
+	size int
+	obs  Observer
+	log  *slog.Logger
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -113,6 +127,11 @@ func New(cfg Config) *Reaper {
 		r.batch = DefaultBatch
 	}
 	r.batch = min(r.batch, store.MaxReapBatch)
+	r.target = cfg.BatchTarget
+	if r.target <= 0 {
+		r.target = DefaultBatchTarget
+	}
+	r.size = min(r.batch, firstBatch)
 	if r.obs == nil {
 		r.obs = noObserver{}
 	}
@@ -163,7 +182,7 @@ func (r *Reaper) run(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
-		p := r.Pass(ctx)
+		p := r.pass(ctx)
 		if p.Err != nil && ctx.Err() == nil {
 			r.log.Warn("reaping closed work", "err", p.Err, "activities", p.Activities, "runs", p.Runs)
 		}
@@ -171,11 +190,11 @@ func (r *Reaper) run(ctx context.Context) {
 	}
 }
 
-// Pass deletes, namespace by namespace, the closed activities and runs
+// pass deletes, namespace by namespace, the closed activities and runs
 // closed longer ago than the namespace's retention, batch by batch until
 // none is left or ctx ends. Between batches it pauses as long as the batch
 // took, so under load it holds the store's writer at most half the time.
-func (r *Reaper) Pass(ctx context.Context) Pass {
+func (r *Reaper) pass(ctx context.Context) Pass {
 	start := r.clk.Now()
 	var p Pass
 	defer func() {
@@ -214,19 +233,27 @@ func (r *Reaper) drain(ctx context.Context, ns string, k Kind, cutoff time.Time,
 	total := 0
 	for {
 		began := r.clk.Now()
-		n, err := reap(ctx, ns, cutoff, r.batch)
+		size := r.size
+		n, err := reap(ctx, ns, cutoff, size)
 		if err != nil {
 			return total, fmt.Errorf("reap: %w", err)
 		}
+		took := r.clk.Now().Sub(began)
 		p.Batches++
 		total += n
 		if n > 0 {
 			r.obs.Reaped(ns, k, n)
 		}
-		if n < r.batch {
+		if n < size {
 			return total, nil
 		}
-		if err := clock.Sleep(ctx, r.clk, r.clk.Now().Sub(began)); err != nil {
+		switch {
+		case took > r.target:
+			r.size = max(1, size/2)
+		case took < r.target/2:
+			r.size = min(r.batch, size*2)
+		}
+		if err := clock.Sleep(ctx, r.clk, took); err != nil {
 			return total, fmt.Errorf("reap: %w", err)
 		}
 	}
