@@ -69,9 +69,14 @@ const (
 	DefaultBatchTarget = 10 * time.Millisecond
 )
 
-// firstBatch is the size a reaper's first batch starts from (at most
-// Config.Batch); later batches adapt to BatchTarget.
-const firstBatch = 100
+// firstBatch is the size a reaper's first batch starts from, and
+// minBatch the size batches never shrink below (both at most
+// Config.Batch): past a point a smaller batch saves no stall, as each
+// transaction has its own cost, and would only reap too slowly.
+const (
+	firstBatch = 100
+	minBatch   = 50
+)
 
 // Config configures a Reaper.
 type Config struct {
@@ -86,9 +91,10 @@ type Config struct {
 	// DefaultBatch, and more than store.MaxReapBatch is cut to it.
 	Batch int
 	// BatchTarget is how long one batch should hold the store: a batch
-	// that took longer halves the next one, one that took less than half
-	// doubles it (up to Batch), so commits of new work never wait long
-	// behind a batch whatever the machine. 0 means DefaultBatchTarget.
+	// that took longer halves the next one (down to 50 rows), one that
+	// took less than half doubles it (up to Batch), so commits of new work
+	// do not wait long behind a batch whatever the machine. 0 means
+	// DefaultBatchTarget.
 	BatchTarget time.Duration
 	// Observer is told what was deleted; nil for none.
 	Observer Observer
@@ -249,7 +255,7 @@ func (r *Reaper) drain(ctx context.Context, ns string, k Kind, cutoff time.Time,
 		}
 		switch {
 		case took > r.target:
-			r.size = max(1, size/2)
+			r.size = max(min(minBatch, r.batch), size/2)
 		case took < r.target/2:
 			r.size = min(r.batch, size*2)
 		}

@@ -295,13 +295,14 @@ func TestStopEndsAPassWaitingForItsInterval(t *testing.T) {
 	}
 }
 
-// slowStore is a real store whose reaping batches take a millisecond of
-// the fake clock per row asked for, as a loaded machine's would, and which
+// slowStore is a real store whose reaping batches take perRow of the fake
+// clock for each row asked for, as a loaded machine's would, and which
 // records the batch sizes asked for.
 type slowStore struct {
 	store.Store
-	clk *clock.Fake
-	mu  sync.Mutex
+	clk    *clock.Fake
+	perRow time.Duration
+	mu     sync.Mutex
 	// limits are the batch sizes asked for, in order.
 	limits []int
 }
@@ -310,77 +311,83 @@ func (s *slowStore) ReapActivities(ctx context.Context, ns string, cutoff time.T
 	s.mu.Lock()
 	s.limits = append(s.limits, limit)
 	s.mu.Unlock()
-	s.clk.Advance(time.Duration(limit) * time.Millisecond)
+	s.clk.Advance(time.Duration(limit) * s.perRow)
 	return s.Store.ReapActivities(ctx, ns, cutoff, limit)
 }
 
-func TestBatchesShrinkUntilEachHoldsTheStoreNoLongerThanTheTarget(t *testing.T) {
+func TestBatchesAdaptToTheTargetBetweenTheFloorAndTheBatchSize(t *testing.T) {
 	t.Parallel()
-	base := backends[0].open(t)
-	register(t, base, "ns", store.Retention(time.Minute))
-	const n = 400
-	var inserts, ends []store.Write
-	for i := range n {
-		id := fmt.Sprintf("a%03d", i)
-		inserts = append(inserts, store.InsertActivity{Activity: activity("ns", id, epoch.Add(-time.Second))})
-		ends = append(ends, store.EndAttempt{Namespace: "ns", ID: id, StartedAt: epoch.Add(-time.Second),
-			State: store.StateCompleted, ClosedAt: epoch})
+	cases := []struct {
+		name   string
+		perRow time.Duration
+		n      int
+		want   []int
+	}{
+		// 100 rows take 100ms against a 10ms target: halve to the floor
+		// of 50 and stay there, however slow.
+		{"SlowHalvesDownToTheFloor", time.Millisecond, 400, []int{100, 50, 50, 50, 50, 50, 50, 50}},
+		// 100 rows take 1ms: double up to the batch size of 500.
+		{"FastDoublesUpToTheBatchSize", 10 * time.Microsecond, 1300, []int{100, 200, 400, 500, 500}},
 	}
-	mustApply(t, base, inserts...)
-	mustApply(t, base, ends...)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			base := backends[0].open(t)
+			register(t, base, "ns", store.Retention(time.Minute))
+			n := c.n
+			var inserts, ends []store.Write
+			for i := range n {
+				id := fmt.Sprintf("a%04d", i)
+				inserts = append(inserts, store.InsertActivity{Activity: activity("ns", id, epoch.Add(-time.Second))})
+				ends = append(ends, store.EndAttempt{Namespace: "ns", ID: id, StartedAt: epoch.Add(-time.Second),
+					State: store.StateCompleted, ClosedAt: epoch})
+			}
+			mustApply(t, base, inserts...)
+			mustApply(t, base, ends...)
 
-	clk := clock.NewFake(epoch)
-	st := &slowStore{Store: base, clk: clk}
-	obs := newRecorder()
-	r := reaper.New(reaper.Config{Store: st, Clock: clk, Interval: time.Hour, Batch: 500, BatchTarget: 10 * time.Millisecond, Observer: obs})
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := r.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	if err := clk.BlockUntil(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(time.Hour)
-	// The pass pauses after each batch as long as it took: let the fake
-	// time run until it reports.
-	var p reaper.Pass
-	for done := false; !done; {
-		select {
-		case p = <-obs.passes:
-			done = true
-		case <-ctx.Done():
-			t.Fatal("no pass")
-		default:
+			clk := clock.NewFake(epoch)
+			st := &slowStore{Store: base, clk: clk, perRow: c.perRow}
+			obs := newRecorder()
+			r := reaper.New(reaper.Config{Store: st, Clock: clk, Interval: time.Hour, Batch: 500,
+				BatchTarget: 10 * time.Millisecond, Observer: obs})
+			if err := r.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := r.Stop(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
+			defer cancel()
 			if err := clk.BlockUntil(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
-			clk.Advance(time.Millisecond)
-		}
-	}
-	if p.Err != nil || p.Activities != n {
-		t.Fatalf("pass reaped %d activities (%v), want all %d", p.Activities, p.Err, n)
-	}
-	st.mu.Lock()
-	limits := slices.Clone(st.limits)
-	st.mu.Unlock()
-	if limits[0] != 100 {
-		t.Fatalf("first batch asked for %d rows, want 100", limits[0])
-	}
-	// 100 rows took 100ms against a 10ms target: the batches halve until
-	// one takes no more than the target, and stay there.
-	want := []int{100, 50, 25, 12, 6}
-	if !slices.Equal(limits[:len(want)], want) {
-		t.Fatalf("batch sizes %v, want them to start %v", limits, want)
-	}
-	for _, l := range limits[len(want):] {
-		if l > 10 {
-			t.Fatalf("batch sizes %v: a batch of %d rows grew past the 10ms target again", limits, l)
-		}
+			clk.Advance(time.Hour)
+			// The pass pauses after each batch as long as it took: let the
+			// fake time run until it reports.
+			var p reaper.Pass
+			for done := false; !done; {
+				select {
+				case p = <-obs.passes:
+					done = true
+				case <-ctx.Done():
+					t.Fatal("no pass")
+				default:
+					if err := clk.BlockUntil(ctx, 1); err != nil {
+						t.Fatal(err)
+					}
+					clk.Advance(time.Millisecond)
+				}
+			}
+			if p.Err != nil || p.Activities != n {
+				t.Fatalf("pass reaped %d activities (%v), want all %d", p.Activities, p.Err, n)
+			}
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if !slices.Equal(st.limits, c.want) {
+				t.Fatalf("batch sizes %v, want %v", st.limits, c.want)
+			}
+		})
 	}
 }

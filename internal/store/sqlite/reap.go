@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
-
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -77,7 +77,28 @@ func (s *Store) reap(ctx context.Context, limit int, activities bool, pick, ns s
 	if err := store.CheckReapLimit(limit); err != nil {
 		return 0, err
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
+	// A reaping commit need not survive power loss (a lost one is reaped
+	// again), so it does not wait for the write-ahead log to reach the
+	// disk: the next commit of new work syncs its frames with its own.
+	// The writer's only connection is held from the switch to the switch
+	// back, so no other commit runs without its sync.
+	conn, err := s.writer.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if s.synchronous != "normal" {
+		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`); err != nil {
+			return 0, err
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = `+s.synchronous); err != nil {
+				// Never hand the connection back unsynced: drop it.
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}

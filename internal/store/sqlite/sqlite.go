@@ -28,6 +28,8 @@ type Store struct {
 	// accepted is the loss Open found and was told to accept; nil if none.
 	accepted *LossError
 	ckpt     *checkpointer // copies the write-ahead log into the file; see checkpoint.go
+	// synchronous is the mode every commit but a reaping one runs in.
+	synchronous string
 }
 
 // Option adjusts how Open opens the file.
@@ -119,7 +121,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(maxReaders)
 	reader.SetMaxIdleConns(maxReaders)
-	s := &Store{path: path, writer: writer, reader: reader, accepted: loss}
+	s := &Store{path: path, writer: writer, reader: reader, accepted: loss, synchronous: o.synchronous}
 	id, counters, err := s.migrate(ctx)
 	if err == nil {
 		err = s.prepare(ctx)
