@@ -41,11 +41,11 @@ func (s *Store) SetRetention(ctx context.Context, name string, r store.Retention
 // batch.
 func (s *Store) ReapActivities(ctx context.Context, namespace string, cutoff time.Time, limit int) (int, error) {
 	n, err := s.reap(ctx, limit, true,
-		`SELECT id FROM activities WHERE namespace = ? AND state IN ('completed', 'failed', 'canceled', 'timed_out')
+		`SELECT seq, id FROM activities WHERE namespace = ? AND state IN ('completed', 'failed', 'canceled', 'timed_out')
 			AND closed_at < ? ORDER BY closed_at LIMIT ?`,
 		namespace, cutoff,
 		`DELETE FROM attempts WHERE namespace = ? AND activity_id IN (SELECT value FROM json_each(?))`,
-		`DELETE FROM activities WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))
+		`DELETE FROM activities WHERE seq IN (SELECT value FROM json_each(?))
 			AND state IN ('completed', 'failed', 'canceled', 'timed_out')`)
 	if err != nil {
 		return 0, fmt.Errorf("reap activities of namespace %q closed before %v: %w", namespace, cutoff, err)
@@ -56,21 +56,22 @@ func (s *Store) ReapActivities(ctx context.Context, namespace string, cutoff tim
 // ReapRuns implements store.ReapStore.
 func (s *Store) ReapRuns(ctx context.Context, namespace string, cutoff time.Time, limit int) (int, error) {
 	n, err := s.reap(ctx, limit, false,
-		`SELECT run_id FROM runs WHERE namespace = ? AND status <> 'running' AND closed_at < ?
+		`SELECT seq, run_id FROM runs WHERE namespace = ? AND status <> 'running' AND closed_at < ?
 			ORDER BY closed_at LIMIT ?`,
 		namespace, cutoff,
 		`DELETE FROM events WHERE namespace = ? AND run_id IN (SELECT value FROM json_each(?))`,
-		`DELETE FROM runs WHERE namespace = ? AND run_id IN (SELECT value FROM json_each(?)) AND status <> 'running'`)
+		`DELETE FROM runs WHERE seq IN (SELECT value FROM json_each(?)) AND status <> 'running'`)
 	if err != nil {
 		return 0, fmt.Errorf("reap runs of namespace %q closed before %v: %w", namespace, cutoff, err)
 	}
 	return n, nil
 }
 
-// reap deletes, in one transaction, the rows pick selects (by namespace,
-// cutoff and limit): first what hangs off them (children), then the rows
-// themselves (parents), both given the namespace and the picked ids as a
-// JSON array. The last statement's count is what was reaped; activities
+// reap deletes, in one transaction, the rows pick selects (their seq and
+// id, by namespace, cutoff and limit): first what hangs off them
+// (children, given the namespace and the ids as a JSON array), then the
+// rows themselves by seq (parents, given the seqs as a JSON array: by
+// rowid, so no index is searched for them). The last statement's count is what was reaped; activities
 // tells whether the meta table's count of held activities goes down by it.
 func (s *Store) reap(ctx context.Context, limit int, activities bool, pick, ns string, cutoff time.Time,
 	children, parents string) (int, error) {
@@ -107,14 +108,20 @@ func (s *Store) reap(ctx context.Context, limit int, activities bool, pick, ns s
 	if err != nil {
 		return 0, err
 	}
-	var ids []string
+	var (
+		ids  []string
+		seqs []int64
+	)
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var (
+			seq int64
+			id  string
+		)
+		if err := rows.Scan(&seq, &id); err != nil {
 			rows.Close()
 			return 0, err
 		}
-		ids = append(ids, id)
+		ids, seqs = append(ids, id), append(seqs, seq)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -127,6 +134,10 @@ func (s *Store) reap(ctx context.Context, limit int, activities bool, pick, ns s
 	if err != nil {
 		return 0, err
 	}
+	seqList, err := json.Marshal(seqs)
+	if err != nil {
+		return 0, err
+	}
 	res, err := tx.ExecContext(ctx, children, ns, string(list))
 	if err != nil {
 		return 0, err
@@ -135,7 +146,7 @@ func (s *Store) reap(ctx context.Context, limit int, activities bool, pick, ns s
 	if err != nil {
 		return 0, err
 	}
-	res, err = tx.ExecContext(ctx, parents, ns, string(list))
+	res, err = tx.ExecContext(ctx, parents, string(seqList))
 	if err != nil {
 		return 0, err
 	}
