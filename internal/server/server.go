@@ -56,16 +56,14 @@ import (
 // starts nothing that runs, Start starts the goroutines the value owns, and
 // Stop returns once every one of them has ended.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	st     store.Store
-	where  string // the store, for the log
-	minter *namespace.Minter
-	reg    *registry.Registry
-	eng    *engine.Engine
-	sched  *scheduler.Scheduler
-	// reaper deletes expired closed work; nil when reaping is off.
-	reaper  *reaper.Reaper
+	cfg     Config
+	log     *slog.Logger
+	st      store.Store
+	where   string // the store, for the log
+	minter  *namespace.Minter
+	reg     *registry.Registry
+	eng     *engine.Engine
+	sched   *scheduler.Scheduler
 	bus     *events.Bus
 	runs    *runFeed
 	metrics *metrics.Metrics
@@ -74,6 +72,9 @@ type Server struct {
 	// tracing is the OpenTelemetry SDK when Config.Tracing is on; nil
 	// (tracing off) otherwise, and every traced path checks for nil first.
 	tracing *tracing.Tracing
+
+	// reaper deletes expired closed work; nil when reaping is off.
+	reaper *reaper.Reaper
 
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
