@@ -109,6 +109,9 @@ type Namespace struct {
 	// a schedule last used it.
 	CreatedTime  time.Time
 	LastSeenTime time.Time
+	// Retention is how long its closed activities and runs are kept after
+	// they close (the server's default of 7 days unless set).
+	Retention time.Duration
 }
 
 // MarshalJSON gives Namespace a stable snake_case JSON form.
@@ -119,7 +122,8 @@ func (n *Namespace) MarshalJSON() ([]byte, error) {
 		Placement    Placement  `json:"placement"`
 		CreatedTime  *time.Time `json:"created_time,omitempty"`
 		LastSeenTime *time.Time `json:"last_seen_time,omitempty"`
-	}{n.Name, n.Origin, n.Placement, timePtr(n.CreatedTime), timePtr(n.LastSeenTime)})
+		Retention    string     `json:"retention,omitempty"`
+	}{n.Name, n.Origin, n.Placement, timePtr(n.CreatedTime), timePtr(n.LastSeenTime), durationString(n.Retention)})
 }
 
 func namespaceFromProto(p *aionv1.Namespace) *Namespace {
@@ -132,6 +136,7 @@ func namespaceFromProto(p *aionv1.Namespace) *Namespace {
 		Placement:    placementFromProto(p.GetPlacement()),
 		CreatedTime:  timeFromProto(p.GetCreatedTime()),
 		LastSeenTime: timeFromProto(p.GetLastSeenTime()),
+		Retention:    durationFromProto(p.GetRetention()),
 	}
 }
 
@@ -187,6 +192,19 @@ func (c *Client) SetPlacement(ctx context.Context, name string, p Placement) (*N
 	resp, err := c.namespaces.SetPlacement(ctx, &aionv1.SetPlacementRequest{Name: name, Placement: pp})
 	if err != nil {
 		return nil, rpcError(fmt.Sprintf("set placement of %q to %s", name, p), err)
+	}
+	return namespaceFromProto(resp.GetNamespace()), nil
+}
+
+// SetRetention sets how long a namespace keeps its closed activities and
+// runs after they close (from 1 minute to 10 years; 0 restores the
+// server's default of 7 days) and returns the namespace; the error has code
+// NotFound when it was never minted and InvalidArgument for a retention out
+// of range.
+func (c *Client) SetRetention(ctx context.Context, name string, retention time.Duration) (*Namespace, error) {
+	resp, err := c.namespaces.SetRetention(ctx, &aionv1.SetRetentionRequest{Name: name, Retention: durationToProto(retention)})
+	if err != nil {
+		return nil, rpcError(fmt.Sprintf("set retention of %q to %v", name, retention), err)
 	}
 	return namespaceFromProto(resp.GetNamespace()), nil
 }

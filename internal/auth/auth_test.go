@@ -204,6 +204,7 @@ func TestEveryRPCHasARole(t *testing.T) {
 		"/aion.v1.NamespaceService/List":                            "client reader reader-all admin",
 		"/aion.v1.NamespaceService/Create":                          "admin",
 		"/aion.v1.NamespaceService/SetPlacement":                    "admin",
+		"/aion.v1.NamespaceService/SetRetention":                    "admin",
 		"/aion.v1.NamespaceService/SetFlowLimit":                    "admin",
 		"/aion.v1.NamespaceService/ClearFlowLimit":                  "admin",
 		"/aion.v1.NamespaceService/GetFlowLimit":                    "client reader reader-all admin",

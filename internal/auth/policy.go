@@ -69,6 +69,7 @@ var methods = map[string]access{
 	"/aion.v1.NamespaceService/List":         clientReader,
 	"/aion.v1.NamespaceService/Create":       adminOnly,
 	"/aion.v1.NamespaceService/SetPlacement": adminOnly,
+	"/aion.v1.NamespaceService/SetRetention": adminOnly,
 	// Flow limits are namespace settings: admins set them, and whoever
 	// may read the namespace may read them.
 	"/aion.v1.NamespaceService/SetFlowLimit":   adminOnly,

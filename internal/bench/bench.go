@@ -68,6 +68,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,27 @@ type Options struct {
 	// OTLP/gRPC to a receiver in the bench's process that counts the spans
 	// and drops them (instead of Tracing's exporter).
 	TraceSink bool
+
+	// Duration, above 0 with a Rate, sets Activities to Rate·Duration: a
+	// steady load for that long (the activity mode).
+	Duration time.Duration
+	// Window, above 0, samples the run every Window: the dispatch
+	// (schedule-to-start) and end-to-end latencies of each window, the
+	// size of DBPath and its write-ahead log, and the server's resident
+	// memory and reaped total from MetricsURL (Report.Windows).
+	Window time.Duration
+	// MetricsURL is the server's /metrics; empty for an in-process server
+	// means its own, and with Address means none.
+	MetricsURL string
+	// DBPath is the SQLite file whose size is sampled; empty for an
+	// in-process SQLite server means its own, and otherwise none.
+	DBPath string
+	// Retention, above 0, creates the namespace and sets its retention
+	// before the load starts.
+	Retention time.Duration
+	// ReapInterval is the in-process servers' reaping interval: 0 for the
+	// server's default, below 0 for none.
+	ReapInterval time.Duration
 
 	hooks hooks
 }
@@ -283,6 +305,13 @@ type Report struct {
 	// grpc", say); empty when tracing was off or the server was not
 	// in-process.
 	Tracing string `json:"tracing,omitempty"`
+	// Windows are the samples of a run with Options.Window, in order.
+	Windows []Window `json:"windows,omitempty"`
+	// RetentionSeconds is Options.Retention; ReapIntervalSeconds the
+	// in-process servers' reaping interval (-1 for none, 0 for the default
+	// or a server not in-process).
+	RetentionSeconds    float64 `json:"retention_seconds,omitempty"`
+	ReapIntervalSeconds float64 `json:"reap_interval_seconds,omitempty"`
 	// SpansExported is how many spans reached the bench's own trace sink
 	// (TraceSink), counted after the servers stopped; spans the servers'
 	// batch processors dropped (a full queue) are not among them.
@@ -341,6 +370,14 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--servers: %d servers must share a PostgreSQL store; set --store postgres://…", o.Servers)
 	case o.TraceSink && o.Address != "":
 		return errors.New("--trace-sink: traces the in-process servers; it cannot be combined with --address")
+	case o.Duration < 0 || (o.Duration > 0 && (o.Rate <= 0 || workflows)):
+		return fmt.Errorf("--duration: %v applies to an open-loop activity run (--rate) only", o.Duration)
+	case o.Window < 0 || (o.Window > 0 && workflows):
+		return fmt.Errorf("--window: %v, want 0 (none) or a positive duration, in the activity mode", o.Window)
+	case o.Retention < 0:
+		return fmt.Errorf("--retention: %v, want 0 (leave the namespace as it is) or a positive duration", o.Retention)
+	case o.ReapInterval != 0 && o.Address != "":
+		return fmt.Errorf("--reap-interval: %v applies to in-process servers; it cannot be combined with --address", o.ReapInterval)
 	}
 	return nil
 }
@@ -349,6 +386,9 @@ func (o *Options) validate() error {
 // run was interrupted or when anything did not complete (the report then
 // counts it in Errors).
 func Run(ctx context.Context, o Options) (Report, error) {
+	if o.Duration > 0 && o.Rate > 0 {
+		o.Activities = max(1, int(o.Rate*o.Duration.Seconds()))
+	}
 	if err := o.validate(); err != nil {
 		return Report{}, err
 	}
@@ -391,6 +431,12 @@ func run(ctx context.Context, o Options) (Report, error) {
 			cfg.Tracing = o.Tracing
 			cfg.ServerName = fmt.Sprintf("bench-%d", i+1)
 			cfg.DrainTimeout = 5 * time.Second
+			switch {
+			case o.ReapInterval > 0:
+				cfg.ReapInterval = o.ReapInterval
+			case o.ReapInterval < 0:
+				cfg.ReapInterval = 0
+			}
 			srv, err := server.New(ctx, cfg, o.Log)
 			if err != nil {
 				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
@@ -400,7 +446,14 @@ func run(ctx context.Context, o Options) (Report, error) {
 				return Report{}, fmt.Errorf("start in-process server %d: %w", i+1, err)
 			}
 			addrs = append(addrs, srv.GRPCAddr())
+			if i == 0 && o.MetricsURL == "" {
+				o.MetricsURL = "http://" + srv.HTTPAddr() + "/metrics"
+			}
 		}
+		if o.DBPath == "" && o.Store == "" {
+			o.DBPath = filepath.Join(dir, "aion.db")
+		}
+		rep.ReapIntervalSeconds = max(o.ReapInterval.Seconds(), -1)
 		rep.Server, rep.SQLiteSync = "in-process "+addrs[0], o.SQLiteSync
 		if o.Tracing.Enabled() {
 			rep.Tracing = o.Tracing.Exporter + " over " + o.Tracing.Protocol
@@ -419,6 +472,12 @@ func run(ctx context.Context, o Options) (Report, error) {
 		}
 		defer cc.Close()
 		conns = append(conns, cc)
+	}
+	if o.Retention > 0 {
+		if err := setRetention(ctx, conns[0], o.Namespace, o.Retention); err != nil {
+			return Report{}, err
+		}
+		rep.RetentionSeconds = o.Retention.Seconds()
 	}
 	if rep.Mode != ModeActivities {
 		return runWorkflows(ctx, o, addrs, conns, rep)
@@ -458,7 +517,13 @@ func runActivities(ctx context.Context, o Options, addrs []string, conns []*grpc
 	runCtx, stopRun := run.withTimeout(ctx, o.Timeout)
 	defer stopRun()
 	start := time.Now()
-	stopProgress := progress(o.Progress, start, "activities", run.counts)
+	var samples *sampler
+	stopProgress := func() {}
+	if o.Window > 0 {
+		samples = startSampler(o, run, start, o.MetricsURL, o.DBPath)
+	} else {
+		stopProgress = progress(o.Progress, start, "activities", run.counts)
+	}
 	if o.Rate > 0 {
 		run.openLoop(runCtx, clients, start)
 	} else {
@@ -470,6 +535,9 @@ func runActivities(ctx context.Context, o Options, addrs []string, conns []*grpc
 	}
 	elapsed := time.Since(start)
 	stopProgress()
+	if samples != nil {
+		rep.Windows = samples.finish()
+	}
 	stopWorkers()
 	wg.Wait()
 	stopRun()

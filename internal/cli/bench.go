@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -104,6 +105,20 @@ servers exported spans, absent when they did not, and spans_exported how
 many reached --trace-sink. Every latency (the fields ending in _ms) gives
 p50, p90, p99 and max in milliseconds.
 
+Steady state: --duration D with --rate R schedules R*D activities, a
+steady open-loop load for D. --window W samples the run every W and reports
+each window (windows in JSON, a table in the summary, a line on stderr as it
+runs): the activities completed in it, the p99 of schedule-to-start
+(dispatch) and of end-to-end over the tasks and completions of the window,
+the size of the SQLite file and its -wal (--db-path; the in-process server's
+by default), and the server's resident memory and aion_reaped_total read
+from its /metrics (--metrics-url; the in-process server's by default).
+--retention sets the namespace's retention before the load, so a run longer
+than the retention shows whether reaping keeps the database and memory flat;
+--reap-interval sets the in-process servers' reaping interval (negative: no
+reaping, for comparison). Against a server in another process (--address),
+give --db-path and --metrics-url so its own file and memory are measured.
+
 Tracing: the in-process servers trace as "aion server" does, from the OTEL_*
 environment (off unless OTEL_TRACES_EXPORTER=otlp; docs/operations.md,
 Tracing), to whatever collector that names. --trace-sink instead exports
@@ -119,6 +134,7 @@ target server's own settings apply.`,
   aion bench --workflows 2000 --steps 5 --concurrency 32
   aion bench --workflows 5000 --steps 3 --rate 200 --json
   aion bench --fanout 5000 --timeout 2m
+  aion bench --rate 1000 --duration 10m --batch 10 --retention 1m --reap-interval 10s --window 30s --json
   aion bench --activities 100000 --batch 100 --trace-sink
   OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 aion bench --activities 100000 --batch 100`,
 		Args: cobra.NoArgs,
@@ -134,8 +150,8 @@ target server's own settings apply.`,
 				return err
 			}
 			o.Tracing = tr
-			if !asJSON {
-				o.Progress = os.Stderr
+			if !asJSON || o.Window > 0 {
+				o.Progress = os.Stderr // with --window, one line per window
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -170,6 +186,12 @@ target server's own settings apply.`,
 	f.StringVar(&o.Store, "store", "", "store of the in-process server: empty for SQLite, or a postgres:// URL")
 	f.IntVar(&o.Servers, "servers", o.Servers, "in-process servers sharing --store (a cluster; more than one needs PostgreSQL); workers and schedulers are spread over them")
 	f.BoolVar(&o.TraceSink, "trace-sink", false, "trace the in-process servers, exporting over OTLP/gRPC to a receiver in this process that counts and drops the spans: tracing's cost without a collector")
+	f.DurationVar(&o.Duration, "duration", 0, "with --rate, run for this long: --activities becomes rate x duration (a steady load)")
+	f.DurationVar(&o.Window, "window", 0, "sample every window: dispatch (schedule-to-start) and end-to-end p99 of the window, database and write-ahead log size, server RSS and reaped total (printed to stderr as it runs)")
+	f.StringVar(&o.MetricsURL, "metrics-url", "", "the server's /metrics, read by --window for RSS and the reaped total; defaults to the in-process server's")
+	f.StringVar(&o.DBPath, "db-path", "", "the SQLite file --window measures (with its -wal); defaults to the in-process server's")
+	f.DurationVar(&o.Retention, "retention", 0, "create the namespace and set its retention before the load (0 leaves it as it is)")
+	f.DurationVar(&o.ReapInterval, "reap-interval", 0, "reaping interval of the in-process servers: 0 for the server default, negative for no reaping")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return cmd
 }
@@ -245,6 +267,16 @@ func printReport(a *app, r bench.Report) {
 	}
 	if r.Mode == bench.ModeWorkflows {
 		fmt.Fprintf(w, "step gap:          %s (%d gaps)\n", ms(r.StepGap), r.StepGaps)
+	}
+	if r.RetentionSeconds > 0 {
+		fmt.Fprintf(w, "retention:         %v\n", time.Duration(r.RetentionSeconds*float64(time.Second)))
+	}
+	if len(r.Windows) > 0 {
+		fmt.Fprintln(w, "windows:           end_s  completed  dispatch_p99_ms  end_to_end_p99_ms  db_MiB  wal_MiB  rss_MiB  reaped")
+		for _, x := range r.Windows {
+			fmt.Fprintf(w, "                   %5.0f  %9d  %15.3f  %17.3f  %6.1f  %7.1f  %7.1f  %d\n", x.End, x.Completed,
+				x.ScheduleToStart.P99, x.EndToEnd.P99, float64(x.DBBytes)/(1<<20), float64(x.WALBytes)/(1<<20), float64(x.RSSBytes)/(1<<20), x.Reaped)
+		}
 	}
 	if len(r.EndToEndTrend) > 1 {
 		label := "end-to-end tenths: p50"

@@ -19,7 +19,7 @@ var configKeys = []string{
 	"grpc-addr", "http-addr", "data-dir", "drain-timeout", "heartbeat-window",
 	"auto-create", "sqlite-sync", "accept-data-loss", "pprof", "log-level", "log-format",
 	"auth", "jwt-secret-file", "jwks-file", "jwt-issuer", "jwt-audience", "token-expiry-grace", "tls-cert", "tls-key", "insecure-allow-no-auth",
-	"max-pending-per-namespace", "max-in-flight-per-namespace", "store", "server-name", "lease", "max-receive-memory", "max-receive-rate",
+	"max-pending-per-namespace", "max-in-flight-per-namespace", "store", "server-name", "lease", "reap-interval", "max-receive-memory", "max-receive-rate",
 	"max-namespaces", "max-mint-per-request",
 }
 

@@ -400,6 +400,41 @@ func TestNamespaceCommands(t *testing.T) {
 	}
 }
 
+func TestNamespaceRetentionCommands(t *testing.T) {
+	t.Parallel()
+	r := newCLIRig(t)
+	r.ok(t, "namespace", "create", "billing")
+	if out := r.ok(t, "namespace", "get", "billing"); !strings.Contains(out, "retention: 168h0m0s") {
+		t.Fatalf("get shows no default retention:\n%s", out)
+	}
+	if out := r.ok(t, "namespace", "retention", "set", "billing", "72h"); out != "namespace billing retention is now 72h0m0s\n" {
+		t.Fatalf("retention set: %q", out)
+	}
+	type nsJSON struct {
+		Retention string `json:"retention"`
+	}
+	if ns := decode[nsJSON](t, r.ok(t, "namespace", "get", "billing", "-o", "json")); ns.Retention != "72h0m0s" {
+		t.Fatalf("get -o json after set: %+v", ns)
+	}
+	if out := r.ok(t, "namespace", "retention", "set", "billing", "default"); out != "namespace billing retention is now 168h0m0s\n" {
+		t.Fatalf("retention set default: %q", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"billing", "30s"}, "(InvalidArgument)"},
+		{[]string{"billing", "soon"}, `retention "soon"`},
+		{[]string{"billing", "0s"}, `retention "0s": must be more than zero`},
+		{[]string{"missing", "1h"}, "(NotFound)"},
+	} {
+		code, _, errOut := r.run(t, "", append([]string{"namespace", "retention", "set"}, tc.args...)...)
+		if code != exitError || !strings.Contains(errOut, tc.want) {
+			t.Errorf("retention set %v: exit %d, stderr %q; want %s", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
 func TestGlobalFlagsReachTheServer(t *testing.T) {
 	t.Parallel()
 	r := newCLIRig(t)

@@ -23,11 +23,12 @@ works under either policy.`,
 		Example: `  aion namespace create billing
   aion namespace list
   aion namespace place vision --pinned gpu-a,gpu-b
-  aion namespace limits set billing --activity-type charge --concurrency 2`,
+  aion namespace limits set billing --activity-type charge --concurrency 2
+  aion namespace retention set billing 72h`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(a.nsCreateCommand(), a.nsGetCommand(), a.nsListCommand(), a.nsPlaceCommand(), a.nsLimitsCommand(),
-		a.nsWaitingCommand())
+		a.nsWaitingCommand(), a.nsRetentionCommand())
 	return cmd
 }
 
@@ -66,7 +67,7 @@ func (a *app) nsGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:     "get NAME",
 		Short:   "Show a namespace",
-		Long:    `Show a namespace: how it was minted, its placement, when it was created and last used.`,
+		Long:    `Show a namespace: how it was minted, its placement, when it was created and last used, and how long its closed work is kept (retention).`,
 		Example: `  aion namespace get billing`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -239,5 +240,53 @@ The namespace must exist (NotFound otherwise).`,
 	fl.BoolVar(&f.unplaced, "unplaced", false, "any node may run the namespace's work")
 	fl.StringSliceVar(&f.prefer, "prefer", nil, "prefer workers on these nodes (comma-separated)")
 	fl.StringSliceVar(&f.pinned, "pinned", nil, "only workers on these nodes (comma-separated)")
+	return cmd
+}
+
+func (a *app) nsRetentionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "retention",
+		Short: "Set how long a namespace keeps its closed activities and runs",
+		Long: `A namespace keeps its closed activities (with their attempts) and closed
+workflow runs (with their histories) for its retention after they close;
+then the server's reaper deletes them. The default is 7 days. 'aion namespace
+get' shows the retention in force.`,
+		Example: `  aion namespace retention set billing 72h
+  aion namespace retention set billing default`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "set NAMESPACE DURATION",
+		Short: "Set a namespace's retention",
+		Long: `Set how long the namespace keeps closed work: a Go duration from 1m to
+87600h (10 years), such as 90m, 72h or 720h, or "default" for the server's
+default of 7 days. The namespace must exist (NotFound otherwise).`,
+		Example: `  aion namespace retention set billing 72h
+  aion namespace retention set billing default`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d time.Duration
+			if args[1] != "default" {
+				var err error
+				if d, err = time.ParseDuration(args[1]); err != nil {
+					return fmt.Errorf("retention %q: want a duration such as 72h, or default: %w", args[1], err)
+				}
+				if d <= 0 {
+					return fmt.Errorf("retention %q: must be more than zero (or default)", args[1])
+				}
+			}
+			return a.withClient(cmd.Context(), func(c *client.Client) error {
+				ctx, cancel := a.unary(cmd.Context())
+				defer cancel()
+				ns, err := c.SetRetention(ctx, args[0], d)
+				if err != nil {
+					return err
+				}
+				return a.emit(ns, func(w io.Writer) {
+					fmt.Fprintf(w, "namespace %s retention is now %s\n", ns.Name, ns.Retention)
+				})
+			})
+		},
+	})
 	return cmd
 }

@@ -141,6 +141,7 @@ func writeNamespace(w io.Writer, ns *client.Namespace) {
 	fmt.Fprintf(tw, "placement:\t%s\n", ns.Placement)
 	fmt.Fprintf(tw, "created:\t%s\n", when(ns.CreatedTime))
 	fmt.Fprintf(tw, "last seen:\t%s\n", when(ns.LastSeenTime))
+	fmt.Fprintf(tw, "retention:\t%s\n", orDash(ns.Retention.String()))
 	tw.Flush()
 }
 

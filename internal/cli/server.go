@@ -50,6 +50,7 @@ type serverFlags struct {
 	store             string
 	serverName        string
 	lease             time.Duration
+	reapInterval      time.Duration
 	maxReceiveMiB     int64
 	tokens            []auth.APIKey
 	limits            limitFlags
@@ -68,6 +69,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.MaxPendingPerNamespace, cfg.MaxInFlightPerNamespace = f.maxPending, f.maxInFlight
 	cfg.MaxNamespaces, cfg.MaxMintPerRequest = f.maxNamespaces, f.maxMint
 	cfg.Store, cfg.ServerName, cfg.Lease = f.store, f.serverName, f.lease
+	cfg.ReapInterval = f.reapInterval
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
 	cfg.MaxReceiveRate = f.maxReceiveRateMiB << 20
 	f.limits.apply(&cfg)
@@ -179,6 +181,9 @@ refused as by 'aion server' (see --accept-data-loss).`
 	bindEnv(fl, "max-receive-rate", "AION_MAX_RECEIVE_RATE")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
+	fl.DurationVar(&f.reapInterval, "reap-interval", defaults.ReapInterval,
+		"how often closed activities and runs past their namespace's retention are deleted (0: never)")
+	bindEnv(fl, "reap-interval", "AION_REAP_INTERVAL")
 	f.limits.register(fl, defaults)
 	var configPath string
 	var print bool

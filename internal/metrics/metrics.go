@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aion-run/aion/internal/reaper"
 	"github.com/aion-run/aion/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,6 +63,9 @@ type Metrics struct {
 
 	renewFailures, leasesLost, serversReaped prometheus.Counter
 	scheduleLag                              *prometheus.HistogramVec
+
+	reaped      *prometheus.CounterVec
+	reapSeconds prometheus.Histogram
 }
 
 // latency buckets from 100µs to ~100s.
@@ -147,6 +151,13 @@ func New(backlog func() []Backlog) *Metrics {
 	f(m.renewFailures)
 	f(m.leasesLost)
 	f(m.serversReaped)
+	m.reaped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aion_reaped_total",
+		Help: "Closed work deleted because its namespace's retention passed, by kind: activity (with its attempts), run (with its history)."},
+		[]string{"namespace", "kind"})
+	m.reapSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aion_reap_pass_seconds",
+		Help: "Duration of one reaping pass over every namespace, pauses between batches included.", Buckets: latency})
+	f(m.reaped)
+	f(m.reapSeconds)
 	for _, c := range []prometheus.Collector{m.workers, m.disconnects, m.scheduled, m.started, m.closed, m.retried, m.throttled,
 		m.scheduleToStart, m.attemptDuration, m.commitSeconds, m.commitBatch, m.grpcRequests, m.grpcSeconds,
 		m.runsStarted, m.runsClosed, m.historyEvents, m.wfTasks, m.wfCompleted, m.wfFailures, m.wfReplays, m.taskEvents, m.taskSeconds, m.replaySeconds,
@@ -273,6 +284,20 @@ func (l *Leases) LeaseLost() { l.m.leasesLost.Inc() }
 
 // Reaped counts servers this server removed after their lease ran out.
 func (l *Leases) Reaped(n int) { l.m.serversReaped.Add(float64(n)) }
+
+// Reaping returns the retention metrics, for the reaper's Observer.
+func (m *Metrics) Reaping() *Reaping { return &Reaping{m: m} }
+
+// Reaping records what the reaper deletes. It implements reaper.Observer.
+type Reaping struct{ m *Metrics }
+
+// Reaped counts n rows of kind deleted from namespace ns.
+func (r *Reaping) Reaped(ns string, kind reaper.Kind, n int) {
+	r.m.reaped.WithLabelValues(ns, string(kind)).Add(float64(n))
+}
+
+// Passed records the duration of a reaping pass.
+func (r *Reaping) Passed(p reaper.Pass) { r.m.reapSeconds.Observe(p.Took.Seconds()) }
 
 // Schedules returns the schedule metrics, for the scheduler's Observer.
 func (m *Metrics) Schedules() *Schedules { return &Schedules{m: m} }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/metrics"
+	"github.com/aion-run/aion/internal/reaper"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -120,6 +121,32 @@ func TestScheduleObserverCountsFiresTicksNotFiredAndLag(t *testing.T) {
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+}
+
+// The retention metrics are what the reaper's observer is told.
+var _ reaper.Observer = (*metrics.Reaping)(nil)
+
+func TestReapingCountsDeletedRowsByNamespaceAndKind(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	r := m.Reaping()
+	r.Reaped("a", reaper.KindActivity, 500)
+	r.Reaped("a", reaper.KindActivity, 20)
+	r.Reaped("a", reaper.KindRun, 3)
+	r.Reaped("b", reaper.KindActivity, 1)
+	r.Passed(reaper.Pass{Activities: 521, Runs: 3, Took: 40 * time.Millisecond})
+	got := scrape(t, m)
+	for series, want := range map[string]float64{
+		`aion_reaped_total{kind="activity",namespace="a"}`: 520,
+		`aion_reaped_total{kind="run",namespace="a"}`:      3,
+		`aion_reaped_total{kind="activity",namespace="b"}`: 1,
+		`aion_reap_pass_seconds_count`:                     1,
+		`aion_reap_pass_seconds_sum`:                       0.04,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/tracing"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -242,6 +243,28 @@ func (n *namespaceService) SetPlacement(ctx context.Context, r *aionv1.SetPlacem
 	}
 	n.s.log.Info("placement changed", "namespace", ns.Name, "placement", ns.Placement.String())
 	return &aionv1.SetPlacementResponse{Namespace: namespaceToProto(ns)}, nil
+}
+
+func (n *namespaceService) SetRetention(ctx context.Context, r *aionv1.SetRetentionRequest) (*aionv1.SetRetentionResponse, error) {
+	if err := name.Check("name", r.GetName(), name.MaxName); err != nil {
+		return nil, toStatus(err)
+	}
+	d, err := fromDur("retention", r.GetRetention())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := store.Retention(d).Validate(); err != nil {
+		return nil, toStatus(fmt.Errorf("retention: %w: %w", err, errInvalid))
+	}
+	if err := namespace.Authorize(n.s.caller(ctx), r.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	ns, err := n.s.st.SetRetention(ctx, r.GetName(), store.Retention(d))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	n.s.log.Info("retention changed", "namespace", ns.Name, "retention", ns.Retention.Effective().String())
+	return &aionv1.SetRetentionResponse{Namespace: namespaceToProto(ns)}, nil
 }
 
 func (a *activityService) Why(ctx context.Context, r *aionv1.WhyRequest) (*aionv1.WhyResponse, error) {

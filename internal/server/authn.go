@@ -110,6 +110,8 @@ func httpMethod(r *http.Request) string {
 		return "/aion.v1.NamespaceService/Create"
 	case strings.HasPrefix(p, "/api/v1/namespaces/") && get:
 		return "/aion.v1.NamespaceService/Get"
+	case strings.HasPrefix(p, "/api/v1/namespaces/") && strings.HasSuffix(p, "/retention") && !get:
+		return "/aion.v1.NamespaceService/SetRetention"
 	case strings.HasPrefix(p, "/api/v1/namespaces/") && !get:
 		return "/aion.v1.NamespaceService/SetPlacement"
 	case p == "/api/v1/waiting" && get:

@@ -10,6 +10,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/reaper"
 	"github.com/aion-run/aion/internal/tracing"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	// renewing: when it dies, its running attempts are retried elsewhere
 	// after this. At least minLease.
 	Lease time.Duration
+	// ReapInterval is how often the reaper deletes closed activities and
+	// runs past their namespace's retention; 0 turns reaping off.
+	ReapInterval time.Duration
 	// Auth is how callers are authenticated.
 	Auth AuthConfig
 	// TLSCert and TLSKey, when both set, serve gRPC and HTTP over TLS.
@@ -159,6 +163,7 @@ func Defaults() Config {
 		HeartbeatWindow:  15 * time.Second,
 		SQLiteSync:       "full",
 		Lease:            10 * time.Second,
+		ReapInterval:     reaper.DefaultInterval,
 		MaxReceiveMemory: defaultReceiveMemory,
 		MaxReceiveRate:   defaultReceiveRate,
 		Auth:             AuthConfig{Mode: "none", ExpiryGrace: 30 * time.Second},
@@ -229,6 +234,9 @@ func (c Config) Validate() error {
 		if err := name.Check("--server-name", c.ServerName, name.MaxName); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.ReapInterval < 0 {
+		bad("--reap-interval %v: must not be negative (0: no reaping)", c.ReapInterval)
 	}
 	if c.Lease < minLease {
 		bad("--lease %v: want at least %v", c.Lease, minLease)

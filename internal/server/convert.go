@@ -213,6 +213,7 @@ func namespaceToProto(ns store.Namespace) *aionv1.Namespace {
 		Placement:    &aionv1.Placement{Mode: placementModes[ns.Placement.Mode], Nodes: ns.Placement.Nodes},
 		CreatedTime:  ts(ns.CreatedAt),
 		LastSeenTime: ts(ns.LastSeenAt),
+		Retention:    dur(time.Duration(ns.Retention.Effective())),
 	}
 }
 

@@ -55,6 +55,13 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			return nss.SetPlacement(ctx, &aionv1.SetPlacementRequest{Name: r.PathValue("name"), Placement: &p})
 		})
 	})
+	mux.HandleFunc("PUT /api/v1/namespaces/{name}/retention", func(w http.ResponseWriter, r *http.Request) {
+		var req aionv1.SetRetentionRequest
+		respondBody(w, r, &req, func(ctx context.Context) (proto.Message, error) {
+			req.Name = r.PathValue("name")
+			return nss.SetRetention(ctx, &req)
+		})
+	})
 	mux.HandleFunc("GET /api/v1/waiting", func(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, func(ctx context.Context) (proto.Message, error) {
 			return cluster.ListWaiting(ctx, &aionv1.ListWaitingRequest{Namespace: r.URL.Query().Get("namespace")})

@@ -31,6 +31,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/namespace"
+	"github.com/aion-run/aion/internal/reaper"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/scheduler"
 	"github.com/aion-run/aion/internal/store"
@@ -71,6 +72,9 @@ type Server struct {
 	// tracing is the OpenTelemetry SDK when Config.Tracing is on; nil
 	// (tracing off) otherwise, and every traced path checks for nil first.
 	tracing *tracing.Tracing
+
+	// reaper deletes expired closed work; nil when reaping is off.
+	reaper *reaper.Reaper
 
 	// receiving bounds the requests being received at once; clientStreams
 	// names the methods whose caller sends a stream of messages.
@@ -241,6 +245,10 @@ func (s *Server) wire() {
 	})
 	s.sched = scheduler.New(scheduler.Config{Store: s.st, Engine: s.eng, Namespaces: s.minter, Log: s.log.With("part", "scheduler"),
 		Observer: s.metrics.Schedules(), MaxPayload: limit.Payload, Events: s.publishFire})
+	if cfg.ReapInterval > 0 {
+		s.reaper = reaper.New(reaper.Config{Store: s.st, Interval: cfg.ReapInterval,
+			Observer: s.metrics.Reaping(), Log: s.log.With("part", "reaper")})
+	}
 	if clustered {
 		s.cluster = cluster.New(cluster.Deps{Self: s.self, Store: cl, Namespaces: s.st, Engine: s.eng,
 			Registry: s.reg, Minter: s.minter, Bus: s.bus, Intervene: s.deliverIntervention,
@@ -395,6 +403,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.sched.Start(ctx); err != nil {
 		return err
 	}
+	if s.reaper != nil {
+		if err := s.reaper.Start(ctx); err != nil {
+			return err
+		}
+	}
 
 	bgCtx, stop := context.WithCancel(context.Background())
 	s.stopBG = stop
@@ -535,6 +548,10 @@ func (s *Server) stop(ctx context.Context) error {
 	// it decided and had not carried out is carried out after a restart or
 	// by another server.
 	serr := s.sched.Stop(ctx)
+	var rerr error
+	if s.reaper != nil {
+		rerr = s.reaper.Stop(ctx)
+	}
 	// The membership's loops stop before the engine, and the server leaves
 	// only after it: its last results are written while it still owns
 	// their activities, and whatever still runs is then handed over at once.
@@ -543,7 +560,7 @@ func (s *Server) stop(ctx context.Context) error {
 		cerr = s.cluster.Stop(ctx)
 	}
 	eerr := s.eng.Stop(ctx)
-	return errors.Join(herr, serr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
+	return errors.Join(herr, serr, rerr, cerr, eerr, s.release(context.WithoutCancel(ctx)))
 }
 
 // drain asks every worker to drain and waits, up to the drain timeout or

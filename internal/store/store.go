@@ -136,6 +136,9 @@ type Namespace struct {
 	// LastSeenAt is the last time the namespace was registered again (minted
 	// or re-used by a worker, a schedule or an explicit create).
 	LastSeenAt time.Time
+	// Retention is how long closed work is kept; zero means
+	// DefaultRetention (see Retention.Effective).
+	Retention Retention
 }
 
 // NamespaceStore keeps namespace records. All methods are safe for concurrent use.
@@ -152,6 +155,11 @@ type NamespaceStore interface {
 	// SetPlacement replaces the placement of an existing namespace and returns
 	// the updated record; a missing namespace is an error wrapping ErrNotFound.
 	SetPlacement(ctx context.Context, name string, p Placement) (Namespace, error)
+	// SetRetention replaces the retention of an existing namespace (zero
+	// for the default) and returns the updated record; a retention that
+	// fails Validate is an error wrapping ErrBadRetention and a missing
+	// namespace one wrapping ErrNotFound, and neither changes anything.
+	SetRetention(ctx context.Context, name string, r Retention) (Namespace, error)
 }
 
 // Store is everything aion keeps durably. A backend implements all of it and
@@ -162,6 +170,7 @@ type Store interface {
 	ActivityStore
 	WorkflowStore
 	ScheduleStore
+	ReapStore
 	// Close releases the backend's resources; it is safe to call once.
 	Close() error
 }

@@ -126,7 +126,7 @@ func TestServiceMethods(t *testing.T) {
 		{aionv1.WorkflowService_ServiceDesc, "aion.v1.WorkflowService",
 			[]string{"Start", "Get", "List", "Wait", "Signal", "Query", "Cancel", "Terminate", "History", "Why"}, nil},
 		{aionv1.NamespaceService_ServiceDesc, "aion.v1.NamespaceService",
-			[]string{"Create", "Get", "List", "SetPlacement", "SetFlowLimit", "GetFlowLimit", "ListFlowLimits", "ClearFlowLimit"}, nil},
+			[]string{"Create", "Get", "List", "SetPlacement", "SetFlowLimit", "GetFlowLimit", "ListFlowLimits", "ClearFlowLimit", "SetRetention"}, nil},
 		{aionv1.ClusterService_ServiceDesc, "aion.v1.ClusterService",
 			[]string{"ListWorkers", "DrainWorker", "ListWaiting"}, []string{"Watch"}},
 		{aionv1.ScheduleService_ServiceDesc, "aion.v1.ScheduleService",

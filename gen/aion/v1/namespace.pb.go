@@ -11,6 +11,7 @@ package aionv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -262,7 +263,10 @@ type Namespace struct {
 	// When the namespace was minted.
 	CreatedTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_time,json=createdTime,proto3" json:"created_time,omitempty"`
 	// When the namespace was last used by a registration or a schedule.
-	LastSeenTime  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
+	LastSeenTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
+	// How long closed activities and runs are kept after they close: the one set with
+	// SetRetention, else the default of 7 days.
+	Retention     *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +332,13 @@ func (x *Namespace) GetCreatedTime() *timestamppb.Timestamp {
 func (x *Namespace) GetLastSeenTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LastSeenTime
+	}
+	return nil
+}
+
+func (x *Namespace) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
 	}
 	return nil
 }
@@ -736,6 +747,107 @@ func (x *SetPlacementResponse) GetNamespace() *Namespace {
 	return nil
 }
 
+// SetRetentionRequest sets a namespace's retention.
+type SetRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the namespace.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How long closed work is kept, from 1 minute to 10 years; unset or zero for the default.
+	Retention     *durationpb.Duration `protobuf:"bytes,2,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionRequest) Reset() {
+	*x = SetRetentionRequest{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionRequest) ProtoMessage() {}
+
+func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetRetentionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetRetentionRequest) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// SetRetentionResponse answers SetRetention.
+type SetRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace with its new retention.
+	Namespace     *Namespace `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionResponse) Reset() {
+	*x = SetRetentionResponse{}
+	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionResponse) ProtoMessage() {}
+
+func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetRetentionResponse) GetNamespace() *Namespace {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
 // FlowLimit is a namespace's flow control for one activity or workflow type: at most
 // `concurrency` running at once per concurrency key, and at most `rate` starts a second in bursts
 // of up to `burst`, for the whole type or (per_key) per concurrency key. Work over a limit waits;
@@ -766,7 +878,7 @@ type FlowLimit struct {
 
 func (x *FlowLimit) Reset() {
 	*x = FlowLimit{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	mi := &file_aion_v1_namespace_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +890,7 @@ func (x *FlowLimit) String() string {
 func (*FlowLimit) ProtoMessage() {}
 
 func (x *FlowLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[10]
+	mi := &file_aion_v1_namespace_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +903,7 @@ func (x *FlowLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowLimit.ProtoReflect.Descriptor instead.
 func (*FlowLimit) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{10}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FlowLimit) GetNamespace() string {
@@ -861,7 +973,7 @@ type SetFlowLimitRequest struct {
 
 func (x *SetFlowLimitRequest) Reset() {
 	*x = SetFlowLimitRequest{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	mi := &file_aion_v1_namespace_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +985,7 @@ func (x *SetFlowLimitRequest) String() string {
 func (*SetFlowLimitRequest) ProtoMessage() {}
 
 func (x *SetFlowLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[11]
+	mi := &file_aion_v1_namespace_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +998,7 @@ func (x *SetFlowLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFlowLimitRequest.ProtoReflect.Descriptor instead.
 func (*SetFlowLimitRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{11}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetFlowLimitRequest) GetLimit() *FlowLimit {
@@ -907,7 +1019,7 @@ type SetFlowLimitResponse struct {
 
 func (x *SetFlowLimitResponse) Reset() {
 	*x = SetFlowLimitResponse{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[12]
+	mi := &file_aion_v1_namespace_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1031,7 @@ func (x *SetFlowLimitResponse) String() string {
 func (*SetFlowLimitResponse) ProtoMessage() {}
 
 func (x *SetFlowLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[12]
+	mi := &file_aion_v1_namespace_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1044,7 @@ func (x *SetFlowLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetFlowLimitResponse.ProtoReflect.Descriptor instead.
 func (*SetFlowLimitResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{12}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetFlowLimitResponse) GetLimit() *FlowLimit {
@@ -957,7 +1069,7 @@ type GetFlowLimitRequest struct {
 
 func (x *GetFlowLimitRequest) Reset() {
 	*x = GetFlowLimitRequest{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[13]
+	mi := &file_aion_v1_namespace_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1081,7 @@ func (x *GetFlowLimitRequest) String() string {
 func (*GetFlowLimitRequest) ProtoMessage() {}
 
 func (x *GetFlowLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[13]
+	mi := &file_aion_v1_namespace_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1094,7 @@ func (x *GetFlowLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLimitRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLimitRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{13}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetFlowLimitRequest) GetNamespace() string {
@@ -1017,7 +1129,7 @@ type GetFlowLimitResponse struct {
 
 func (x *GetFlowLimitResponse) Reset() {
 	*x = GetFlowLimitResponse{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[14]
+	mi := &file_aion_v1_namespace_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1141,7 @@ func (x *GetFlowLimitResponse) String() string {
 func (*GetFlowLimitResponse) ProtoMessage() {}
 
 func (x *GetFlowLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[14]
+	mi := &file_aion_v1_namespace_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1154,7 @@ func (x *GetFlowLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLimitResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLimitResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{14}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetFlowLimitResponse) GetLimit() *FlowLimit {
@@ -1063,7 +1175,7 @@ type ListFlowLimitsRequest struct {
 
 func (x *ListFlowLimitsRequest) Reset() {
 	*x = ListFlowLimitsRequest{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[15]
+	mi := &file_aion_v1_namespace_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1187,7 @@ func (x *ListFlowLimitsRequest) String() string {
 func (*ListFlowLimitsRequest) ProtoMessage() {}
 
 func (x *ListFlowLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[15]
+	mi := &file_aion_v1_namespace_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1200,7 @@ func (x *ListFlowLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowLimitsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{15}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListFlowLimitsRequest) GetNamespace() string {
@@ -1109,7 +1221,7 @@ type ListFlowLimitsResponse struct {
 
 func (x *ListFlowLimitsResponse) Reset() {
 	*x = ListFlowLimitsResponse{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[16]
+	mi := &file_aion_v1_namespace_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1233,7 @@ func (x *ListFlowLimitsResponse) String() string {
 func (*ListFlowLimitsResponse) ProtoMessage() {}
 
 func (x *ListFlowLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[16]
+	mi := &file_aion_v1_namespace_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1246,7 @@ func (x *ListFlowLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowLimitsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{16}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListFlowLimitsResponse) GetLimits() []*FlowLimit {
@@ -1159,7 +1271,7 @@ type ClearFlowLimitRequest struct {
 
 func (x *ClearFlowLimitRequest) Reset() {
 	*x = ClearFlowLimitRequest{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[17]
+	mi := &file_aion_v1_namespace_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1283,7 @@ func (x *ClearFlowLimitRequest) String() string {
 func (*ClearFlowLimitRequest) ProtoMessage() {}
 
 func (x *ClearFlowLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[17]
+	mi := &file_aion_v1_namespace_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1296,7 @@ func (x *ClearFlowLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearFlowLimitRequest.ProtoReflect.Descriptor instead.
 func (*ClearFlowLimitRequest) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{17}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClearFlowLimitRequest) GetNamespace() string {
@@ -1219,7 +1331,7 @@ type ClearFlowLimitResponse struct {
 
 func (x *ClearFlowLimitResponse) Reset() {
 	*x = ClearFlowLimitResponse{}
-	mi := &file_aion_v1_namespace_proto_msgTypes[18]
+	mi := &file_aion_v1_namespace_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1343,7 @@ func (x *ClearFlowLimitResponse) String() string {
 func (*ClearFlowLimitResponse) ProtoMessage() {}
 
 func (x *ClearFlowLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aion_v1_namespace_proto_msgTypes[18]
+	mi := &file_aion_v1_namespace_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1356,7 @@ func (x *ClearFlowLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearFlowLimitResponse.ProtoReflect.Descriptor instead.
 func (*ClearFlowLimitResponse) Descriptor() ([]byte, []int) {
-	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{18}
+	return file_aion_v1_namespace_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClearFlowLimitResponse) GetCleared() bool {
@@ -1258,16 +1370,17 @@ var File_aion_v1_namespace_proto protoreflect.FileDescriptor
 
 const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\n" +
-	"\x17aion/v1/namespace.proto\x12\aaion.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
+	"\x17aion/v1/namespace.proto\x12\aaion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
 	"\tPlacement\x12*\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x16.aion.v1.PlacementModeR\x04mode\x12\x14\n" +
-	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\x84\x02\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"\xbd\x02\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x06origin\x18\x02 \x01(\x0e2\x18.aion.v1.NamespaceOriginR\x06origin\x120\n" +
 	"\tplacement\x18\x03 \x01(\v2\x12.aion.v1.PlacementR\tplacement\x12=\n" +
 	"\fcreated_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcreatedTime\x12@\n" +
-	"\x0elast_seen_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\",\n" +
+	"\x0elast_seen_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\x127\n" +
+	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\",\n" +
 	"\x16CreateNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"e\n" +
 	"\x17CreateNamespaceResponse\x120\n" +
@@ -1290,6 +1403,11 @@ const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\tplacement\x18\x02 \x01(\v2\x12.aion.v1.PlacementR\tplacement\"H\n" +
 	"\x14SetPlacementResponse\x120\n" +
+	"\tnamespace\x18\x01 \x01(\v2\x12.aion.v1.NamespaceR\tnamespace\"b\n" +
+	"\x13SetRetentionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
+	"\tretention\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\tretention\"H\n" +
+	"\x14SetRetentionResponse\x120\n" +
 	"\tnamespace\x18\x01 \x01(\v2\x12.aion.v1.NamespaceR\tnamespace\"\xba\x02\n" +
 	"\tFlowLimit\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
@@ -1336,7 +1454,7 @@ const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\bFlowKind\x12\x19\n" +
 	"\x15FLOW_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FLOW_KIND_ACTIVITY\x10\x01\x12\x16\n" +
-	"\x12FLOW_KIND_WORKFLOW\x10\x022\xf9\x04\n" +
+	"\x12FLOW_KIND_WORKFLOW\x10\x022\xc6\x05\n" +
 	"\x10NamespaceService\x12K\n" +
 	"\x06Create\x12\x1f.aion.v1.CreateNamespaceRequest\x1a .aion.v1.CreateNamespaceResponse\x12B\n" +
 	"\x03Get\x12\x1c.aion.v1.GetNamespaceRequest\x1a\x1d.aion.v1.GetNamespaceResponse\x12G\n" +
@@ -1345,7 +1463,8 @@ const file_aion_v1_namespace_proto_rawDesc = "" +
 	"\fSetFlowLimit\x12\x1c.aion.v1.SetFlowLimitRequest\x1a\x1d.aion.v1.SetFlowLimitResponse\x12K\n" +
 	"\fGetFlowLimit\x12\x1c.aion.v1.GetFlowLimitRequest\x1a\x1d.aion.v1.GetFlowLimitResponse\x12Q\n" +
 	"\x0eListFlowLimits\x12\x1e.aion.v1.ListFlowLimitsRequest\x1a\x1f.aion.v1.ListFlowLimitsResponse\x12Q\n" +
-	"\x0eClearFlowLimit\x12\x1e.aion.v1.ClearFlowLimitRequest\x1a\x1f.aion.v1.ClearFlowLimitResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
+	"\x0eClearFlowLimit\x12\x1e.aion.v1.ClearFlowLimitRequest\x1a\x1f.aion.v1.ClearFlowLimitResponse\x12K\n" +
+	"\fSetRetention\x12\x1c.aion.v1.SetRetentionRequest\x1a\x1d.aion.v1.SetRetentionResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3"
 
 var (
 	file_aion_v1_namespace_proto_rawDescOnce sync.Once
@@ -1360,7 +1479,7 @@ func file_aion_v1_namespace_proto_rawDescGZIP() []byte {
 }
 
 var file_aion_v1_namespace_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aion_v1_namespace_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_aion_v1_namespace_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_aion_v1_namespace_proto_goTypes = []any{
 	(NamespaceOrigin)(0),            // 0: aion.v1.NamespaceOrigin
 	(PlacementMode)(0),              // 1: aion.v1.PlacementMode
@@ -1375,57 +1494,65 @@ var file_aion_v1_namespace_proto_goTypes = []any{
 	(*ListNamespacesResponse)(nil),  // 10: aion.v1.ListNamespacesResponse
 	(*SetPlacementRequest)(nil),     // 11: aion.v1.SetPlacementRequest
 	(*SetPlacementResponse)(nil),    // 12: aion.v1.SetPlacementResponse
-	(*FlowLimit)(nil),               // 13: aion.v1.FlowLimit
-	(*SetFlowLimitRequest)(nil),     // 14: aion.v1.SetFlowLimitRequest
-	(*SetFlowLimitResponse)(nil),    // 15: aion.v1.SetFlowLimitResponse
-	(*GetFlowLimitRequest)(nil),     // 16: aion.v1.GetFlowLimitRequest
-	(*GetFlowLimitResponse)(nil),    // 17: aion.v1.GetFlowLimitResponse
-	(*ListFlowLimitsRequest)(nil),   // 18: aion.v1.ListFlowLimitsRequest
-	(*ListFlowLimitsResponse)(nil),  // 19: aion.v1.ListFlowLimitsResponse
-	(*ClearFlowLimitRequest)(nil),   // 20: aion.v1.ClearFlowLimitRequest
-	(*ClearFlowLimitResponse)(nil),  // 21: aion.v1.ClearFlowLimitResponse
-	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*SetRetentionRequest)(nil),     // 13: aion.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),    // 14: aion.v1.SetRetentionResponse
+	(*FlowLimit)(nil),               // 15: aion.v1.FlowLimit
+	(*SetFlowLimitRequest)(nil),     // 16: aion.v1.SetFlowLimitRequest
+	(*SetFlowLimitResponse)(nil),    // 17: aion.v1.SetFlowLimitResponse
+	(*GetFlowLimitRequest)(nil),     // 18: aion.v1.GetFlowLimitRequest
+	(*GetFlowLimitResponse)(nil),    // 19: aion.v1.GetFlowLimitResponse
+	(*ListFlowLimitsRequest)(nil),   // 20: aion.v1.ListFlowLimitsRequest
+	(*ListFlowLimitsResponse)(nil),  // 21: aion.v1.ListFlowLimitsResponse
+	(*ClearFlowLimitRequest)(nil),   // 22: aion.v1.ClearFlowLimitRequest
+	(*ClearFlowLimitResponse)(nil),  // 23: aion.v1.ClearFlowLimitResponse
+	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 25: google.protobuf.Duration
 }
 var file_aion_v1_namespace_proto_depIdxs = []int32{
 	1,  // 0: aion.v1.Placement.mode:type_name -> aion.v1.PlacementMode
 	0,  // 1: aion.v1.Namespace.origin:type_name -> aion.v1.NamespaceOrigin
 	3,  // 2: aion.v1.Namespace.placement:type_name -> aion.v1.Placement
-	22, // 3: aion.v1.Namespace.created_time:type_name -> google.protobuf.Timestamp
-	22, // 4: aion.v1.Namespace.last_seen_time:type_name -> google.protobuf.Timestamp
-	4,  // 5: aion.v1.CreateNamespaceResponse.namespace:type_name -> aion.v1.Namespace
-	4,  // 6: aion.v1.GetNamespaceResponse.namespace:type_name -> aion.v1.Namespace
-	4,  // 7: aion.v1.ListNamespacesResponse.namespaces:type_name -> aion.v1.Namespace
-	3,  // 8: aion.v1.SetPlacementRequest.placement:type_name -> aion.v1.Placement
-	4,  // 9: aion.v1.SetPlacementResponse.namespace:type_name -> aion.v1.Namespace
-	2,  // 10: aion.v1.FlowLimit.kind:type_name -> aion.v1.FlowKind
-	22, // 11: aion.v1.FlowLimit.updated_time:type_name -> google.protobuf.Timestamp
-	13, // 12: aion.v1.SetFlowLimitRequest.limit:type_name -> aion.v1.FlowLimit
-	13, // 13: aion.v1.SetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
-	2,  // 14: aion.v1.GetFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
-	13, // 15: aion.v1.GetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
-	13, // 16: aion.v1.ListFlowLimitsResponse.limits:type_name -> aion.v1.FlowLimit
-	2,  // 17: aion.v1.ClearFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
-	5,  // 18: aion.v1.NamespaceService.Create:input_type -> aion.v1.CreateNamespaceRequest
-	7,  // 19: aion.v1.NamespaceService.Get:input_type -> aion.v1.GetNamespaceRequest
-	9,  // 20: aion.v1.NamespaceService.List:input_type -> aion.v1.ListNamespacesRequest
-	11, // 21: aion.v1.NamespaceService.SetPlacement:input_type -> aion.v1.SetPlacementRequest
-	14, // 22: aion.v1.NamespaceService.SetFlowLimit:input_type -> aion.v1.SetFlowLimitRequest
-	16, // 23: aion.v1.NamespaceService.GetFlowLimit:input_type -> aion.v1.GetFlowLimitRequest
-	18, // 24: aion.v1.NamespaceService.ListFlowLimits:input_type -> aion.v1.ListFlowLimitsRequest
-	20, // 25: aion.v1.NamespaceService.ClearFlowLimit:input_type -> aion.v1.ClearFlowLimitRequest
-	6,  // 26: aion.v1.NamespaceService.Create:output_type -> aion.v1.CreateNamespaceResponse
-	8,  // 27: aion.v1.NamespaceService.Get:output_type -> aion.v1.GetNamespaceResponse
-	10, // 28: aion.v1.NamespaceService.List:output_type -> aion.v1.ListNamespacesResponse
-	12, // 29: aion.v1.NamespaceService.SetPlacement:output_type -> aion.v1.SetPlacementResponse
-	15, // 30: aion.v1.NamespaceService.SetFlowLimit:output_type -> aion.v1.SetFlowLimitResponse
-	17, // 31: aion.v1.NamespaceService.GetFlowLimit:output_type -> aion.v1.GetFlowLimitResponse
-	19, // 32: aion.v1.NamespaceService.ListFlowLimits:output_type -> aion.v1.ListFlowLimitsResponse
-	21, // 33: aion.v1.NamespaceService.ClearFlowLimit:output_type -> aion.v1.ClearFlowLimitResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	24, // 3: aion.v1.Namespace.created_time:type_name -> google.protobuf.Timestamp
+	24, // 4: aion.v1.Namespace.last_seen_time:type_name -> google.protobuf.Timestamp
+	25, // 5: aion.v1.Namespace.retention:type_name -> google.protobuf.Duration
+	4,  // 6: aion.v1.CreateNamespaceResponse.namespace:type_name -> aion.v1.Namespace
+	4,  // 7: aion.v1.GetNamespaceResponse.namespace:type_name -> aion.v1.Namespace
+	4,  // 8: aion.v1.ListNamespacesResponse.namespaces:type_name -> aion.v1.Namespace
+	3,  // 9: aion.v1.SetPlacementRequest.placement:type_name -> aion.v1.Placement
+	4,  // 10: aion.v1.SetPlacementResponse.namespace:type_name -> aion.v1.Namespace
+	25, // 11: aion.v1.SetRetentionRequest.retention:type_name -> google.protobuf.Duration
+	4,  // 12: aion.v1.SetRetentionResponse.namespace:type_name -> aion.v1.Namespace
+	2,  // 13: aion.v1.FlowLimit.kind:type_name -> aion.v1.FlowKind
+	24, // 14: aion.v1.FlowLimit.updated_time:type_name -> google.protobuf.Timestamp
+	15, // 15: aion.v1.SetFlowLimitRequest.limit:type_name -> aion.v1.FlowLimit
+	15, // 16: aion.v1.SetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
+	2,  // 17: aion.v1.GetFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
+	15, // 18: aion.v1.GetFlowLimitResponse.limit:type_name -> aion.v1.FlowLimit
+	15, // 19: aion.v1.ListFlowLimitsResponse.limits:type_name -> aion.v1.FlowLimit
+	2,  // 20: aion.v1.ClearFlowLimitRequest.kind:type_name -> aion.v1.FlowKind
+	5,  // 21: aion.v1.NamespaceService.Create:input_type -> aion.v1.CreateNamespaceRequest
+	7,  // 22: aion.v1.NamespaceService.Get:input_type -> aion.v1.GetNamespaceRequest
+	9,  // 23: aion.v1.NamespaceService.List:input_type -> aion.v1.ListNamespacesRequest
+	11, // 24: aion.v1.NamespaceService.SetPlacement:input_type -> aion.v1.SetPlacementRequest
+	16, // 25: aion.v1.NamespaceService.SetFlowLimit:input_type -> aion.v1.SetFlowLimitRequest
+	18, // 26: aion.v1.NamespaceService.GetFlowLimit:input_type -> aion.v1.GetFlowLimitRequest
+	20, // 27: aion.v1.NamespaceService.ListFlowLimits:input_type -> aion.v1.ListFlowLimitsRequest
+	22, // 28: aion.v1.NamespaceService.ClearFlowLimit:input_type -> aion.v1.ClearFlowLimitRequest
+	13, // 29: aion.v1.NamespaceService.SetRetention:input_type -> aion.v1.SetRetentionRequest
+	6,  // 30: aion.v1.NamespaceService.Create:output_type -> aion.v1.CreateNamespaceResponse
+	8,  // 31: aion.v1.NamespaceService.Get:output_type -> aion.v1.GetNamespaceResponse
+	10, // 32: aion.v1.NamespaceService.List:output_type -> aion.v1.ListNamespacesResponse
+	12, // 33: aion.v1.NamespaceService.SetPlacement:output_type -> aion.v1.SetPlacementResponse
+	17, // 34: aion.v1.NamespaceService.SetFlowLimit:output_type -> aion.v1.SetFlowLimitResponse
+	19, // 35: aion.v1.NamespaceService.GetFlowLimit:output_type -> aion.v1.GetFlowLimitResponse
+	21, // 36: aion.v1.NamespaceService.ListFlowLimits:output_type -> aion.v1.ListFlowLimitsResponse
+	23, // 37: aion.v1.NamespaceService.ClearFlowLimit:output_type -> aion.v1.ClearFlowLimitResponse
+	14, // 38: aion.v1.NamespaceService.SetRetention:output_type -> aion.v1.SetRetentionResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_aion_v1_namespace_proto_init() }
@@ -1433,14 +1560,14 @@ func file_aion_v1_namespace_proto_init() {
 	if File_aion_v1_namespace_proto != nil {
 		return
 	}
-	file_aion_v1_namespace_proto_msgTypes[10].OneofWrappers = []any{}
+	file_aion_v1_namespace_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aion_v1_namespace_proto_rawDesc), len(file_aion_v1_namespace_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	NamespaceService_GetFlowLimit_FullMethodName   = "/aion.v1.NamespaceService/GetFlowLimit"
 	NamespaceService_ListFlowLimits_FullMethodName = "/aion.v1.NamespaceService/ListFlowLimits"
 	NamespaceService_ClearFlowLimit_FullMethodName = "/aion.v1.NamespaceService/ClearFlowLimit"
+	NamespaceService_SetRetention_FullMethodName   = "/aion.v1.NamespaceService/SetRetention"
 )
 
 // NamespaceServiceClient is the client API for NamespaceService service.
@@ -59,6 +60,12 @@ type NamespaceServiceClient interface {
 	// ClearFlowLimit removes the flow limit of one type: what it held starts as the other limits
 	// allow. Clearing a type without a limit succeeds with cleared=false.
 	ClearFlowLimit(ctx context.Context, in *ClearFlowLimitRequest, opts ...grpc.CallOption) (*ClearFlowLimitResponse, error)
+	// SetRetention sets how long a namespace keeps its closed activities and closed workflow runs
+	// after they close; the reaper deletes them (with their attempts and histories) once it has
+	// passed. NotFound if the namespace was never minted; InvalidArgument, naming the field and
+	// value, for a retention under 1 minute or over 10 years. An unset or zero retention restores
+	// the default of 7 days.
+	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error)
 }
 
 type namespaceServiceClient struct {
@@ -149,6 +156,16 @@ func (c *namespaceServiceClient) ClearFlowLimit(ctx context.Context, in *ClearFl
 	return out, nil
 }
 
+func (c *namespaceServiceClient) SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRetentionResponse)
+	err := c.cc.Invoke(ctx, NamespaceService_SetRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NamespaceServiceServer is the server API for NamespaceService service.
 // All implementations must embed UnimplementedNamespaceServiceServer
 // for forward compatibility.
@@ -177,6 +194,12 @@ type NamespaceServiceServer interface {
 	// ClearFlowLimit removes the flow limit of one type: what it held starts as the other limits
 	// allow. Clearing a type without a limit succeeds with cleared=false.
 	ClearFlowLimit(context.Context, *ClearFlowLimitRequest) (*ClearFlowLimitResponse, error)
+	// SetRetention sets how long a namespace keeps its closed activities and closed workflow runs
+	// after they close; the reaper deletes them (with their attempts and histories) once it has
+	// passed. NotFound if the namespace was never minted; InvalidArgument, naming the field and
+	// value, for a retention under 1 minute or over 10 years. An unset or zero retention restores
+	// the default of 7 days.
+	SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error)
 	mustEmbedUnimplementedNamespaceServiceServer()
 }
 
@@ -210,6 +233,9 @@ func (UnimplementedNamespaceServiceServer) ListFlowLimits(context.Context, *List
 }
 func (UnimplementedNamespaceServiceServer) ClearFlowLimit(context.Context, *ClearFlowLimitRequest) (*ClearFlowLimitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearFlowLimit not implemented")
+}
+func (UnimplementedNamespaceServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
 }
 func (UnimplementedNamespaceServiceServer) mustEmbedUnimplementedNamespaceServiceServer() {}
 func (UnimplementedNamespaceServiceServer) testEmbeddedByValue()                          {}
@@ -376,6 +402,24 @@ func _NamespaceService_ClearFlowLimit_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NamespaceService_SetRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NamespaceServiceServer).SetRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NamespaceService_SetRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NamespaceServiceServer).SetRetention(ctx, req.(*SetRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NamespaceService_ServiceDesc is the grpc.ServiceDesc for NamespaceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -414,6 +458,10 @@ var NamespaceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearFlowLimit",
 			Handler:    _NamespaceService_ClearFlowLimit_Handler,
+		},
+		{
+			MethodName: "SetRetention",
+			Handler:    _NamespaceService_SetRetention_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -284,6 +284,14 @@ var migrations = []string{
 	// runs_admitted.
 	`ALTER TABLE runs ADD COLUMN admitted boolean NOT NULL DEFAULT false;
 	CREATE INDEX runs_admitted ON runs (namespace, workflow_type, concurrency_key) WHERE status = 'running' AND admitted`,
+	// Namespaces gain a retention for their closed work (nanoseconds, 0
+	// for the default), and closed activities and runs are indexed by
+	// close time, so the reaper finds what has expired without reading
+	// what has not.
+	`ALTER TABLE namespaces ADD COLUMN retention bigint NOT NULL DEFAULT 0;
+	CREATE INDEX activities_closed ON activities (namespace, closed_at)
+		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
+	CREATE INDEX runs_closed ON runs (namespace, closed_at) WHERE status <> 'running'`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.
@@ -417,7 +425,7 @@ func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement
 	return ns, nil
 }
 
-const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at`
+const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at, retention`
 
 type queryer interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -441,8 +449,9 @@ func scanNamespace(row scanner) (store.Namespace, error) {
 		origin, mode      string
 		nodes             []byte
 		created, lastSeen int64
+		retention         int64
 	)
-	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen); err != nil {
+	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen, &retention); err != nil {
 		return store.Namespace{}, err
 	}
 	ns.Origin = store.Origin(origin)
@@ -453,6 +462,7 @@ func scanNamespace(row scanner) (store.Namespace, error) {
 	ns.Placement = ns.Placement.Normalize()
 	ns.CreatedAt = time.Unix(0, created).UTC()
 	ns.LastSeenAt = time.Unix(0, lastSeen).UTC()
+	ns.Retention = store.Retention(retention)
 	return ns, nil
 }
 

@@ -36,15 +36,15 @@ const (
 // with ".mark" appended.
 func MarkPath(dbPath string) string { return dbPath + markSuffix }
 
-// Counters count what a database has committed since it was created; each
-// only grows.
+// Counters count what a database has committed since it was created;
+// Commits and Writes only grow.
 type Counters struct {
 	// Commits is the number of write transactions.
 	Commits int64
 	// Writes is the number of writes in them that changed something.
 	Writes int64
 	// Activities is the number of activities the database holds (inserted
-	// and never removed).
+	// and not yet reaped).
 	Activities int64
 }
 

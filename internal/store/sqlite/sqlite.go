@@ -28,6 +28,8 @@ type Store struct {
 	// accepted is the loss Open found and was told to accept; nil if none.
 	accepted *LossError
 	ckpt     *checkpointer // copies the write-ahead log into the file; see checkpoint.go
+	// synchronous is the mode every commit but a reaping one runs in.
+	synchronous string
 }
 
 // Option adjusts how Open opens the file.
@@ -119,7 +121,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	reader.SetMaxOpenConns(maxReaders)
 	reader.SetMaxIdleConns(maxReaders)
-	s := &Store{path: path, writer: writer, reader: reader, accepted: loss}
+	s := &Store{path: path, writer: writer, reader: reader, accepted: loss, synchronous: o.synchronous}
 	id, counters, err := s.migrate(ctx)
 	if err == nil {
 		err = s.prepare(ctx)
@@ -565,6 +567,14 @@ var migrations = []string{
 	// rebuild: only an admission reads it, never a listing.
 	`ALTER TABLE runs ADD COLUMN admitted INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX runs_admitted ON runs (namespace, workflow_type, concurrency_key) WHERE status = 'running' AND admitted = 1`,
+	// Namespaces gain a retention for their closed work (nanoseconds, 0
+	// for the default), and closed activities and runs are indexed by
+	// close time, so the reaper finds what has expired without reading
+	// what has not.
+	`ALTER TABLE namespaces ADD COLUMN retention INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX activities_closed ON activities (namespace, closed_at)
+		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
+	CREATE INDEX runs_closed ON runs (namespace, closed_at) WHERE status <> 'running'`,
 }
 
 // migrate brings the schema up to date and gives the database its identity
@@ -734,7 +744,7 @@ func (s *Store) SetPlacement(ctx context.Context, name string, p store.Placement
 	return ns, nil
 }
 
-const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at`
+const namespaceColumns = `name, origin, placement, nodes, created_at, last_seen_at, retention`
 
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -758,8 +768,9 @@ func scanNamespace(row scanner) (store.Namespace, error) {
 		origin, mode      string
 		nodes             string
 		created, lastSeen int64
+		retention         int64
 	)
-	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen); err != nil {
+	if err := row.Scan(&ns.Name, &origin, &mode, &nodes, &created, &lastSeen, &retention); err != nil {
 		return store.Namespace{}, err
 	}
 	ns.Origin = store.Origin(origin)
@@ -770,6 +781,7 @@ func scanNamespace(row scanner) (store.Namespace, error) {
 	ns.Placement = ns.Placement.Normalize()
 	ns.CreatedAt = time.Unix(0, created).UTC()
 	ns.LastSeenAt = time.Unix(0, lastSeen).UTC()
+	ns.Retention = store.Retention(retention)
 	return ns, nil
 }
 

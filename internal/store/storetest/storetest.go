@@ -44,6 +44,10 @@ func Run(t *testing.T, open Opener) {
 		t.Parallel()
 		runAdmit(t, open)
 	})
+	t.Run("Retention", func(t *testing.T) {
+		t.Parallel()
+		runRetention(t, open)
+	})
 }
 
 func runNamespace(t *testing.T, open Opener) {

@@ -11,10 +11,11 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61ion/v1/namespace.proto\x12\x07\x61ion.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\tPlacement\x12$\n\x04mode\x18\x01 \x01(\x0e\x32\x16.aion.v1.PlacementMode\x12\r\n\x05nodes\x18\x02 \x03(\t\"\xd0\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06origin\x18\x02 \x01(\x0e\x32\x18.aion.v1.NamespaceOrigin\x12%\n\tplacement\x18\x03 \x01(\x0b\x32\x12.aion.v1.Placement\x12\x30\n\x0c\x63reated_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_seen_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x16\x43reateNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x17\x43reateNamespaceResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x14GetNamespaceResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x16ListNamespacesResponse\x12&\n\nnamespaces\x18\x01 \x03(\x0b\x32\x12.aion.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x13SetPlacementRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\tplacement\x18\x02 \x01(\x0b\x32\x12.aion.v1.Placement\"=\n\x14SetPlacementResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"\xf4\x01\n\tFlowLimit\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x18\n\x0b\x63oncurrency\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04rate\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05\x62urst\x18\x06 \x01(\x05H\x02\x88\x01\x01\x12\x0f\n\x07per_key\x18\x07 \x01(\x08\x12\x30\n\x0cupdated_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0e\n\x0c_concurrencyB\x07\n\x05_rateB\x08\n\x06_burst\"8\n\x13SetFlowLimitRequest\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"9\n\x14SetFlowLimitResponse\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"W\n\x13GetFlowLimitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\"9\n\x14GetFlowLimitResponse\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"*\n\x15ListFlowLimitsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"<\n\x16ListFlowLimitsResponse\x12\"\n\x06limits\x18\x01 \x03(\x0b\x32\x12.aion.v1.FlowLimit\"Y\n\x15\x43learFlowLimitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\")\n\x16\x43learFlowLimitResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08*\x8e\x01\n\x0fNamespaceOrigin\x12 \n\x1cNAMESPACE_ORIGIN_UNSPECIFIED\x10\x00\x12\x1b\n\x17NAMESPACE_ORIGIN_WORKER\x10\x01\x12\x1d\n\x19NAMESPACE_ORIGIN_SCHEDULE\x10\x02\x12\x1d\n\x19NAMESPACE_ORIGIN_EXPLICIT\x10\x03*\x82\x01\n\rPlacementMode\x12\x1e\n\x1aPLACEMENT_MODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17PLACEMENT_MODE_UNPLACED\x10\x01\x12\x19\n\x15PLACEMENT_MODE_PREFER\x10\x02\x12\x19\n\x15PLACEMENT_MODE_PINNED\x10\x03*U\n\x08\x46lowKind\x12\x19\n\x15\x46LOW_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46LOW_KIND_ACTIVITY\x10\x01\x12\x16\n\x12\x46LOW_KIND_WORKFLOW\x10\x02\x32\xf9\x04\n\x10NamespaceService\x12K\n\x06\x43reate\x12\x1f.aion.v1.CreateNamespaceRequest\x1a .aion.v1.CreateNamespaceResponse\x12\x42\n\x03Get\x12\x1c.aion.v1.GetNamespaceRequest\x1a\x1d.aion.v1.GetNamespaceResponse\x12G\n\x04List\x12\x1e.aion.v1.ListNamespacesRequest\x1a\x1f.aion.v1.ListNamespacesResponse\x12K\n\x0cSetPlacement\x12\x1c.aion.v1.SetPlacementRequest\x1a\x1d.aion.v1.SetPlacementResponse\x12K\n\x0cSetFlowLimit\x12\x1c.aion.v1.SetFlowLimitRequest\x1a\x1d.aion.v1.SetFlowLimitResponse\x12K\n\x0cGetFlowLimit\x12\x1c.aion.v1.GetFlowLimitRequest\x1a\x1d.aion.v1.GetFlowLimitResponse\x12Q\n\x0eListFlowLimits\x12\x1e.aion.v1.ListFlowLimitsRequest\x1a\x1f.aion.v1.ListFlowLimitsResponse\x12Q\n\x0e\x43learFlowLimit\x12\x1e.aion.v1.ClearFlowLimitRequest\x1a\x1f.aion.v1.ClearFlowLimitResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61ion/v1/namespace.proto\x12\x07\x61ion.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\tPlacement\x12$\n\x04mode\x18\x01 \x01(\x0e\x32\x16.aion.v1.PlacementMode\x12\r\n\x05nodes\x18\x02 \x03(\t\"\xfe\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x06origin\x18\x02 \x01(\x0e\x32\x18.aion.v1.NamespaceOrigin\x12%\n\tplacement\x18\x03 \x01(\x0b\x32\x12.aion.v1.Placement\x12\x30\n\x0c\x63reated_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_seen_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\tretention\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"&\n\x16\x43reateNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x17\x43reateNamespaceResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x14GetNamespaceResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x16ListNamespacesResponse\x12&\n\nnamespaces\x18\x01 \x03(\x0b\x32\x12.aion.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x13SetPlacementRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\tplacement\x18\x02 \x01(\x0b\x32\x12.aion.v1.Placement\"=\n\x14SetPlacementResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"Q\n\x13SetRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12,\n\tretention\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"=\n\x14SetRetentionResponse\x12%\n\tnamespace\x18\x01 \x01(\x0b\x32\x12.aion.v1.Namespace\"\xf4\x01\n\tFlowLimit\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x18\n\x0b\x63oncurrency\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\x04rate\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05\x62urst\x18\x06 \x01(\x05H\x02\x88\x01\x01\x12\x0f\n\x07per_key\x18\x07 \x01(\x08\x12\x30\n\x0cupdated_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0e\n\x0c_concurrencyB\x07\n\x05_rateB\x08\n\x06_burst\"8\n\x13SetFlowLimitRequest\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"9\n\x14SetFlowLimitResponse\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"W\n\x13GetFlowLimitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\"9\n\x14GetFlowLimitResponse\x12!\n\x05limit\x18\x01 \x01(\x0b\x32\x12.aion.v1.FlowLimit\"*\n\x15ListFlowLimitsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"<\n\x16ListFlowLimitsResponse\x12\"\n\x06limits\x18\x01 \x03(\x0b\x32\x12.aion.v1.FlowLimit\"Y\n\x15\x43learFlowLimitRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x04kind\x18\x02 \x01(\x0e\x32\x11.aion.v1.FlowKind\x12\x0c\n\x04type\x18\x03 \x01(\t\")\n\x16\x43learFlowLimitResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08*\x8e\x01\n\x0fNamespaceOrigin\x12 \n\x1cNAMESPACE_ORIGIN_UNSPECIFIED\x10\x00\x12\x1b\n\x17NAMESPACE_ORIGIN_WORKER\x10\x01\x12\x1d\n\x19NAMESPACE_ORIGIN_SCHEDULE\x10\x02\x12\x1d\n\x19NAMESPACE_ORIGIN_EXPLICIT\x10\x03*\x82\x01\n\rPlacementMode\x12\x1e\n\x1aPLACEMENT_MODE_UNSPECIFIED\x10\x00\x12\x1b\n\x17PLACEMENT_MODE_UNPLACED\x10\x01\x12\x19\n\x15PLACEMENT_MODE_PREFER\x10\x02\x12\x19\n\x15PLACEMENT_MODE_PINNED\x10\x03*U\n\x08\x46lowKind\x12\x19\n\x15\x46LOW_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46LOW_KIND_ACTIVITY\x10\x01\x12\x16\n\x12\x46LOW_KIND_WORKFLOW\x10\x02\x32\xc6\x05\n\x10NamespaceService\x12K\n\x06\x43reate\x12\x1f.aion.v1.CreateNamespaceRequest\x1a .aion.v1.CreateNamespaceResponse\x12\x42\n\x03Get\x12\x1c.aion.v1.GetNamespaceRequest\x1a\x1d.aion.v1.GetNamespaceResponse\x12G\n\x04List\x12\x1e.aion.v1.ListNamespacesRequest\x1a\x1f.aion.v1.ListNamespacesResponse\x12K\n\x0cSetPlacement\x12\x1c.aion.v1.SetPlacementRequest\x1a\x1d.aion.v1.SetPlacementResponse\x12K\n\x0cSetFlowLimit\x12\x1c.aion.v1.SetFlowLimitRequest\x1a\x1d.aion.v1.SetFlowLimitResponse\x12K\n\x0cGetFlowLimit\x12\x1c.aion.v1.GetFlowLimitRequest\x1a\x1d.aion.v1.GetFlowLimitResponse\x12Q\n\x0eListFlowLimits\x12\x1e.aion.v1.ListFlowLimitsRequest\x1a\x1f.aion.v1.ListFlowLimitsResponse\x12Q\n\x0e\x43learFlowLimit\x12\x1e.aion.v1.ClearFlowLimitRequest\x1a\x1f.aion.v1.ClearFlowLimitResponse\x12K\n\x0cSetRetention\x12\x1c.aion.v1.SetRetentionRequest\x1a\x1d.aion.v1.SetRetentionResponseB-Z+github.com/aion-run/aion/gen/aion/v1;aionv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'aion.v1.namespace_pb2', globals())
@@ -22,50 +23,54 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z+github.com/aion-run/aion/gen/aion/v1;aionv1'
-  _NAMESPACEORIGIN._serialized_start=1616
-  _NAMESPACEORIGIN._serialized_end=1758
-  _PLACEMENTMODE._serialized_start=1761
-  _PLACEMENTMODE._serialized_end=1891
-  _FLOWKIND._serialized_start=1893
-  _FLOWKIND._serialized_end=1978
-  _PLACEMENT._serialized_start=69
-  _PLACEMENT._serialized_end=133
-  _NAMESPACE._serialized_start=136
-  _NAMESPACE._serialized_end=344
-  _CREATENAMESPACEREQUEST._serialized_start=346
-  _CREATENAMESPACEREQUEST._serialized_end=384
-  _CREATENAMESPACERESPONSE._serialized_start=386
-  _CREATENAMESPACERESPONSE._serialized_end=467
-  _GETNAMESPACEREQUEST._serialized_start=469
-  _GETNAMESPACEREQUEST._serialized_end=504
-  _GETNAMESPACERESPONSE._serialized_start=506
-  _GETNAMESPACERESPONSE._serialized_end=567
-  _LISTNAMESPACESREQUEST._serialized_start=569
-  _LISTNAMESPACESREQUEST._serialized_end=631
-  _LISTNAMESPACESRESPONSE._serialized_start=633
-  _LISTNAMESPACESRESPONSE._serialized_end=722
-  _SETPLACEMENTREQUEST._serialized_start=724
-  _SETPLACEMENTREQUEST._serialized_end=798
-  _SETPLACEMENTRESPONSE._serialized_start=800
-  _SETPLACEMENTRESPONSE._serialized_end=861
-  _FLOWLIMIT._serialized_start=864
-  _FLOWLIMIT._serialized_end=1108
-  _SETFLOWLIMITREQUEST._serialized_start=1110
-  _SETFLOWLIMITREQUEST._serialized_end=1166
-  _SETFLOWLIMITRESPONSE._serialized_start=1168
-  _SETFLOWLIMITRESPONSE._serialized_end=1225
-  _GETFLOWLIMITREQUEST._serialized_start=1227
-  _GETFLOWLIMITREQUEST._serialized_end=1314
-  _GETFLOWLIMITRESPONSE._serialized_start=1316
-  _GETFLOWLIMITRESPONSE._serialized_end=1373
-  _LISTFLOWLIMITSREQUEST._serialized_start=1375
-  _LISTFLOWLIMITSREQUEST._serialized_end=1417
-  _LISTFLOWLIMITSRESPONSE._serialized_start=1419
-  _LISTFLOWLIMITSRESPONSE._serialized_end=1479
-  _CLEARFLOWLIMITREQUEST._serialized_start=1481
-  _CLEARFLOWLIMITREQUEST._serialized_end=1570
-  _CLEARFLOWLIMITRESPONSE._serialized_start=1572
-  _CLEARFLOWLIMITRESPONSE._serialized_end=1613
-  _NAMESPACESERVICE._serialized_start=1981
-  _NAMESPACESERVICE._serialized_end=2614
+  _NAMESPACEORIGIN._serialized_start=1840
+  _NAMESPACEORIGIN._serialized_end=1982
+  _PLACEMENTMODE._serialized_start=1985
+  _PLACEMENTMODE._serialized_end=2115
+  _FLOWKIND._serialized_start=2117
+  _FLOWKIND._serialized_end=2202
+  _PLACEMENT._serialized_start=101
+  _PLACEMENT._serialized_end=165
+  _NAMESPACE._serialized_start=168
+  _NAMESPACE._serialized_end=422
+  _CREATENAMESPACEREQUEST._serialized_start=424
+  _CREATENAMESPACEREQUEST._serialized_end=462
+  _CREATENAMESPACERESPONSE._serialized_start=464
+  _CREATENAMESPACERESPONSE._serialized_end=545
+  _GETNAMESPACEREQUEST._serialized_start=547
+  _GETNAMESPACEREQUEST._serialized_end=582
+  _GETNAMESPACERESPONSE._serialized_start=584
+  _GETNAMESPACERESPONSE._serialized_end=645
+  _LISTNAMESPACESREQUEST._serialized_start=647
+  _LISTNAMESPACESREQUEST._serialized_end=709
+  _LISTNAMESPACESRESPONSE._serialized_start=711
+  _LISTNAMESPACESRESPONSE._serialized_end=800
+  _SETPLACEMENTREQUEST._serialized_start=802
+  _SETPLACEMENTREQUEST._serialized_end=876
+  _SETPLACEMENTRESPONSE._serialized_start=878
+  _SETPLACEMENTRESPONSE._serialized_end=939
+  _SETRETENTIONREQUEST._serialized_start=941
+  _SETRETENTIONREQUEST._serialized_end=1022
+  _SETRETENTIONRESPONSE._serialized_start=1024
+  _SETRETENTIONRESPONSE._serialized_end=1085
+  _FLOWLIMIT._serialized_start=1088
+  _FLOWLIMIT._serialized_end=1332
+  _SETFLOWLIMITREQUEST._serialized_start=1334
+  _SETFLOWLIMITREQUEST._serialized_end=1390
+  _SETFLOWLIMITRESPONSE._serialized_start=1392
+  _SETFLOWLIMITRESPONSE._serialized_end=1449
+  _GETFLOWLIMITREQUEST._serialized_start=1451
+  _GETFLOWLIMITREQUEST._serialized_end=1538
+  _GETFLOWLIMITRESPONSE._serialized_start=1540
+  _GETFLOWLIMITRESPONSE._serialized_end=1597
+  _LISTFLOWLIMITSREQUEST._serialized_start=1599
+  _LISTFLOWLIMITSREQUEST._serialized_end=1641
+  _LISTFLOWLIMITSRESPONSE._serialized_start=1643
+  _LISTFLOWLIMITSRESPONSE._serialized_end=1703
+  _CLEARFLOWLIMITREQUEST._serialized_start=1705
+  _CLEARFLOWLIMITREQUEST._serialized_end=1794
+  _CLEARFLOWLIMITRESPONSE._serialized_start=1796
+  _CLEARFLOWLIMITRESPONSE._serialized_end=1837
+  _NAMESPACESERVICE._serialized_start=2205
+  _NAMESPACESERVICE._serialized_end=2915
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -125,18 +126,20 @@ class ListNamespacesResponse(_message.Message):
     def __init__(self, namespaces: _Optional[_Iterable[_Union[Namespace, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Namespace(_message.Message):
-    __slots__ = ["created_time", "last_seen_time", "name", "origin", "placement"]
+    __slots__ = ["created_time", "last_seen_time", "name", "origin", "placement", "retention"]
     CREATED_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_TIME_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     created_time: _timestamp_pb2.Timestamp
     last_seen_time: _timestamp_pb2.Timestamp
     name: str
     origin: NamespaceOrigin
     placement: Placement
-    def __init__(self, name: _Optional[str] = ..., origin: _Optional[_Union[NamespaceOrigin, str]] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ..., created_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_seen_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    retention: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., origin: _Optional[_Union[NamespaceOrigin, str]] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ..., created_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_seen_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retention: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Placement(_message.Message):
     __slots__ = ["mode", "nodes"]
@@ -167,6 +170,20 @@ class SetPlacementRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ...) -> None: ...
 
 class SetPlacementResponse(_message.Message):
+    __slots__ = ["namespace"]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
+
+class SetRetentionRequest(_message.Message):
+    __slots__ = ["name", "retention"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    retention: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., retention: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class SetRetentionResponse(_message.Message):
     __slots__ = ["namespace"]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     namespace: Namespace

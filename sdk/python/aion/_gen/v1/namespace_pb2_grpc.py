@@ -55,6 +55,11 @@ class NamespaceServiceStub(object):
                 request_serializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.SerializeToString,
                 response_deserializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.FromString,
                 )
+        self.SetRetention = channel.unary_unary(
+                '/aion.v1.NamespaceService/SetRetention',
+                request_serializer=aion_dot_v1_dot_namespace__pb2.SetRetentionRequest.SerializeToString,
+                response_deserializer=aion_dot_v1_dot_namespace__pb2.SetRetentionResponse.FromString,
+                )
 
 
 class NamespaceServiceServicer(object):
@@ -123,6 +128,17 @@ class NamespaceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetRetention(self, request, context):
+        """SetRetention sets how long a namespace keeps its closed activities and closed workflow runs
+        after they close; the reaper deletes them (with their attempts and histories) once it has
+        passed. NotFound if the namespace was never minted; InvalidArgument, naming the field and
+        value, for a retention under 1 minute or over 10 years. An unset or zero retention restores
+        the default of 7 days.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NamespaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +181,11 @@ def add_NamespaceServiceServicer_to_server(servicer, server):
                     servicer.ClearFlowLimit,
                     request_deserializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.FromString,
                     response_serializer=aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.SerializeToString,
+            ),
+            'SetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRetention,
+                    request_deserializer=aion_dot_v1_dot_namespace__pb2.SetRetentionRequest.FromString,
+                    response_serializer=aion_dot_v1_dot_namespace__pb2.SetRetentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,5 +331,22 @@ class NamespaceService(object):
         return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/ClearFlowLimit',
             aion_dot_v1_dot_namespace__pb2.ClearFlowLimitRequest.SerializeToString,
             aion_dot_v1_dot_namespace__pb2.ClearFlowLimitResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/aion.v1.NamespaceService/SetRetention',
+            aion_dot_v1_dot_namespace__pb2.SetRetentionRequest.SerializeToString,
+            aion_dot_v1_dot_namespace__pb2.SetRetentionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
