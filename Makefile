@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: all build test lint fmt bench fuzz attack generate generate-check clean
+.PHONY: all build test lint fmt bench fuzz attack generate generate-check clean build-sqlite-drivers test-sqlite-drivers
 
 all: build
 
@@ -51,6 +51,21 @@ generate:
 generate-check: generate
 	@changed="$$(git status --porcelain -- gen/ sdk/python/aion/_gen/)"; \
 	if [ -n "$$changed" ]; then echo "generated code differs from proto/:"; echo "$$changed"; git diff -- gen/ sdk/python/aion/_gen/ | head -50; exit 1; fi
+
+## build-sqlite-drivers: bin/aion with each alternative SQLite driver (see
+## docs/decisions/0001-embedded-sqlite-driver.md); the default build is modernc.org/sqlite.
+## The cgo build needs a C compiler and compiles SQLite's C source once (cached).
+build-sqlite-drivers:
+	CGO_ENABLED=1 $(GO) build -tags aion_sqlite_cgo -o bin/aion-sqlite-cgo ./cmd/aion
+	$(GO) build -tags aion_sqlite_ncruces -o bin/aion-sqlite-ncruces ./cmd/aion
+
+## test-sqlite-drivers: the store's tests with each alternative SQLite driver. Not part
+## of make test: it compiles the store twice more and runs its tests twice more.
+test-sqlite-drivers:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -tags aion_sqlite_cgo ./internal/store/...
+	$(GO) test -race -count=1 -tags aion_sqlite_ncruces ./internal/store/...
+	$(GO) vet -tags aion_sqlite_cgo ./internal/store/sqlite/
+	$(GO) vet -tags aion_sqlite_ncruces ./internal/store/sqlite/
 
 clean:
 	rm -rf bin

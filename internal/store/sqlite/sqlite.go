@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
+
+// The "sqlite" database/sql driver every connection opens is registered by
+// the one driver_*.go file the build tags select (see DriverName).
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
