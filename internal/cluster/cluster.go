@@ -47,15 +47,20 @@ type Self struct {
 }
 
 // Join records this server as a cluster member. When a previous server of
-// the same name has not been reaped yet (a restart after a crash), it waits
-// up to one and a half leases for that lease to run out, reaping meanwhile;
-// past that the error wraps store.ErrNameTaken. log may be nil.
+// the same name has not been reaped yet (a restart after a crash), the
+// store takes over at once if it can prove that server's process gone (see
+// store.Cluster.JoinCluster); otherwise Join retries, reaping meanwhile, up
+// to one and a half leases for that lease to run out; past that the error
+// wraps store.ErrNameTaken. log may be nil.
 func Join(ctx context.Context, st store.Cluster, r store.JoinRequest, log *slog.Logger) (Self, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	deadline := time.Now().Add(r.Lease + r.Lease/2)
-	for {
+	// The first retries come soon: a killed process's database session
+	// ends a moment after it, and then the name is free at once.
+	pause := joinRetry
+	for warned := false; ; warned = true {
 		sent := time.Now()
 		rec, err := st.JoinCluster(ctx, r)
 		if err == nil {
@@ -64,17 +69,23 @@ func Join(ctx context.Context, st store.Cluster, r store.JoinRequest, log *slog.
 		if !errors.Is(err, store.ErrNameTaken) || time.Now().After(deadline) {
 			return Self{}, fmt.Errorf("%w; give each server its own --server-name", err)
 		}
-		log.Warn("another server holds this name; waiting for its lease to end", "server_name", r.Name, "err", err)
+		if !warned {
+			log.Warn("another server holds this name; waiting for it to be gone or its lease to end", "server_name", r.Name, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return Self{}, ctx.Err()
-		case <-time.After(r.Lease / 4):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, max(r.Lease/4, joinRetry))
 		if _, err := st.ReapServers(ctx); err != nil {
 			log.Warn("reap expired servers", "err", err)
 		}
 	}
 }
+
+// joinRetry is the first pause before Join tries a taken name again.
+const joinRetry = 50 * time.Millisecond
 
 // Leave ends the membership: whatever this server still runs is handed to
 // the other servers now, rather than after its lease. A membership that was

@@ -302,7 +302,9 @@ const (
 type Cluster interface {
 	// JoinCluster records a server as a cluster member with a lease and
 	// returns its record with a new ID. A live server of the same name makes
-	// it fail with ErrNameTaken.
+	// it fail with ErrNameTaken; one whose lease has not run out but whose
+	// process the store can prove gone (its database session ended) is
+	// reaped first, as if its lease had run out, and the join succeeds.
 	JoinCluster(ctx context.Context, r JoinRequest) (ServerRecord, error)
 	// RenewLease extends a server's lease to lease from now, or reports
 	// ErrLeaseLost when the server left or was reaped.

@@ -55,8 +55,8 @@ var endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
 	SELECT count(*) FROM up`
 
 // Apply implements store.ActivityStore. Every write is queued in one pgx
-// batch inside one transaction: the writes run in order, each sees the ones
-// before it, and the whole Apply costs one round trip plus the commit.
+// batch that is one transaction: the writes run in order, each sees the ones
+// before it, and the whole Apply, commit included, costs one round trip.
 func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error) {
 	b := &pgx.Batch{}
 	for i, w := range writes {
@@ -111,8 +111,11 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		b.Queue(`SELECT pg_notify('`+channelWork+`', $1)`, work)
 	}
 	changed := make([]bool, len(writes))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		br := tx.SendBatch(ctx, b)
+	// A batch outside BEGIN runs as one implicit transaction ended by its
+	// single Sync: all or nothing, like BEGIN … COMMIT, but one round trip
+	// instead of three.
+	err := func() error {
+		br := s.pool.SendBatch(ctx, b)
 		for i, w := range writes {
 			var err error
 			switch w.(type) {
@@ -140,7 +143,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			}
 		}
 		return br.Close()
-	})
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
 	}

@@ -104,9 +104,15 @@ func parseWork(p string) [][3]string {
 // take it.
 func (s *Store) JoinCluster(ctx context.Context, r store.JoinRequest) (store.ServerRecord, error) {
 	name, addr, lease := r.Name, r.Addr, r.Lease
-	var m store.ServerRecord
+	var (
+		m    store.ServerRecord
+		held bool
+	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('aion-server:' || $1))`, name); err != nil {
+			return err
+		}
+		if err := s.takeOverGone(ctx, tx, name); err != nil {
 			return err
 		}
 		var (
@@ -123,20 +129,73 @@ func (s *Store) JoinCluster(ctx context.Context, r store.JoinRequest) (store.Ser
 			return err
 		}
 		var started, until int64
-		err = tx.QueryRow(ctx, `INSERT INTO servers (name, addr, started_at, lease_until)
-			VALUES ($1, $2, `+dbNow+`, `+dbNow+` + $3) RETURNING id, started_at, lease_until`,
+		err = tx.QueryRow(ctx, `INSERT INTO servers (name, addr, started_at, lease_until, presence)
+			VALUES ($1, $2, `+dbNow+`, `+dbNow+` + $3, true) RETURNING id, started_at, lease_until`,
 			name, addr, int64(lease)).Scan(&m.ID, &started, &until)
 		if err != nil {
 			return err
 		}
+		// The lock is taken before the row commits: while the row is
+		// visible as present, its lock is held.
+		if err := s.pres.hold(ctx, m.ID); err != nil {
+			return err
+		}
+		held = true
 		m.Name, m.Addr = name, addr
 		m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
 		return nil
 	})
 	if err != nil {
+		if held {
+			s.pres.let(context.WithoutCancel(ctx), m.ID)
+		}
 		return store.ServerRecord{}, fmt.Errorf("join cluster as %q: %w", name, dbErr(err))
 	}
 	return m, s.announce(ctx, channelTopology, strconv.FormatInt(int64(m.ID), 10))
+}
+
+// takeOverGone reaps, in tx (which holds the name's lock), every member
+// named name whose lease has not run out but whose process is provably gone:
+// it joined holding a presence lock, and that lock is free now. Its ID is
+// fenced like that of any reaped server: its membership row is gone, so it
+// claims nothing, and its writes about the work it owned match no row.
+func (s *Store) takeOverGone(ctx context.Context, tx pgx.Tx, name string) error {
+	rows, err := tx.Query(ctx, `SELECT id, name, addr, started_at, lease_until FROM servers
+		WHERE name = $1 AND presence AND lease_until >= `+dbNow+` FOR UPDATE`, name)
+	if err != nil {
+		return err
+	}
+	live, err := pgx.CollectRows(rows, scanServerRecord)
+	if err != nil {
+		return err
+	}
+	for _, m := range live {
+		// Transaction-scoped: if the holder is gone, the lock is ours
+		// until the reap commits, and a late reconnection of the holder
+		// finds it taken and then its membership gone.
+		var gone bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1::integer, $2::integer)`,
+			presenceClass, presenceKey(m.ID)).Scan(&gone); err != nil {
+			return err
+		}
+		if !gone {
+			continue
+		}
+		if _, err := s.release(ctx, tx, m, "was replaced by a restart under its name"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanServerRecord(row pgx.CollectableRow) (store.ServerRecord, error) {
+	var (
+		m              store.ServerRecord
+		started, until int64
+	)
+	err := row.Scan(&m.ID, &m.Name, &m.Addr, &started, &until)
+	m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
+	return m, err
 }
 
 // RenewLease implements store.Cluster.
@@ -148,6 +207,10 @@ func (s *Store) RenewLease(ctx context.Context, id store.ServerID, lease time.Du
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("renew lease of server %d: %w", id, store.ErrLeaseLost)
 	}
+	// A presence lock lost with its connection is taken again; until then
+	// a restart under this name could take over, which fencing makes safe.
+	// The lease itself is renewed either way.
+	_ = s.pres.check(ctx, id)
 	return nil
 }
 
@@ -162,12 +225,13 @@ func (s *Store) LeaveCluster(ctx context.Context, id store.ServerID) error {
 		if err != nil {
 			return err
 		}
-		_, err = s.release(ctx, tx, m, false)
+		_, err = s.release(ctx, tx, m, "")
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("leave cluster as server %d: %w", id, dbErr(err))
 	}
+	s.pres.let(ctx, id)
 	return nil
 }
 
@@ -181,20 +245,12 @@ func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
 		if err != nil {
 			return err
 		}
-		dead, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ServerRecord, error) {
-			var (
-				m              store.ServerRecord
-				started, until int64
-			)
-			err := row.Scan(&m.ID, &m.Name, &m.Addr, &started, &until)
-			m.StartedAt, m.LeaseUntil = store.FromUnixNanos(started), store.FromUnixNanos(until)
-			return m, err
-		})
+		dead, err := pgx.CollectRows(rows, scanServerRecord)
 		if err != nil {
 			return err
 		}
 		for _, m := range dead {
-			r, err := s.release(ctx, tx, m, true)
+			r, err := s.release(ctx, tx, m, "stopped renewing its lease")
 			if err != nil {
 				return err
 			}
@@ -212,7 +268,7 @@ func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
 			return err
 		}
 		for _, id := range gone {
-			r, err := s.release(ctx, tx, store.ServerRecord{ID: store.ServerID(id), Name: "(gone)"}, true)
+			r, err := s.release(ctx, tx, store.ServerRecord{ID: store.ServerID(id), Name: "(gone)"}, "stopped renewing its lease")
 			if err != nil {
 				return err
 			}
@@ -230,12 +286,13 @@ func (s *Store) ReapServers(ctx context.Context) ([]store.ReapedServer, error) {
 // release hands back everything server m owned, inside tx: each running
 // attempt is recorded as failed with server_lost and its activity waits for
 // a retry (or is canceled, when a cancel was requested); its workers and
-// messages go, and so does m. lost says m was reaped rather than left.
-func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lost bool) (store.ReapedServer, error) {
+// messages go, and so does m. lost, when set, says why m was reaped rather
+// than left (it ends the lost attempts' failure message).
+func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lost string) (store.ReapedServer, error) {
 	r := store.ReapedServer{Server: m}
 	why, topology := "left the cluster", strconv.FormatInt(int64(m.ID), 10)
-	if lost {
-		why, topology = "stopped renewing its lease", fmt.Sprintf("%d lost %s", m.ID, m.Name)
+	if lost != "" {
+		why, topology = lost, fmt.Sprintf("%d lost %s", m.ID, m.Name)
 	}
 	failure := store.EncodeFailure(&store.Failure{Type: "server_lost", Retryable: true,
 		Message: fmt.Sprintf("server %s (%d) %s while running the attempt", m.Name, m.ID, why)})
@@ -406,6 +463,10 @@ const claimSQL = `WITH RECURSIVE member AS (
 	WHERE a.seq = ANY(picked.seqs)
 	RETURNING ` + store.ActivityColumns
 
+// asyncCommitSQL, first in a batch, lets the batch's transaction commit
+// without waiting for its WAL to be flushed.
+const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
 // strideSQL is an activity's stride: what running it costs its fairness
 // key's share.
 const strideSQL = `(4294967296 / greatest(fairness_weight, 1))`
@@ -417,6 +478,11 @@ func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]st
 	owner, now, claims := r.Owner, r.Now, r.Claims
 	out := make([]store.ClaimResult, len(claims))
 	b := &pgx.Batch{}
+	// A claim need not wait for its commit to reach disk: if the database
+	// loses it in a crash, the activity is waiting again and is claimed
+	// anew, as after this server's own crash (attempts are recorded when
+	// they end, and that write is durable and flushes the claim with it).
+	b.Queue(asyncCommitSQL)
 	var plain []int
 	for i, c := range claims {
 		if c.Limit != nil {
@@ -436,6 +502,10 @@ func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]st
 	}
 	if len(plain) > 0 {
 		br := s.pool.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("claim activities: %w", dbErr(err))
+		}
 		for _, i := range plain {
 			rows, err := br.Query()
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -24,6 +25,7 @@ import (
 // Store is a store.Store on one PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+	pres *presence
 }
 
 var _ store.Store = (*Store)(nil)
@@ -42,11 +44,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// An unreachable database should fail a call, not hang it.
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgx's default, the larger of 4 and the CPU count, is too few on a
+		// small machine: the group committer, the claim loop, the chores and
+		// the reads of requests would queue for connections rather than for
+		// the database.
+		cfg.MaxConns = defaultMaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
@@ -54,8 +63,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the connection pool.
+// defaultMaxConns is the connection pool's size unless the DSN sets
+// pool_max_conns.
+const defaultMaxConns = 16
+
+// Close closes the connection pool and ends the presence of the servers
+// this store joined without leaving: a restart under their names may take
+// over at once.
 func (s *Store) Close() error {
+	s.pres.close()
 	s.pool.Close()
 	return nil
 }
@@ -292,6 +308,9 @@ var migrations = []string{
 	CREATE INDEX activities_closed ON activities (namespace, closed_at)
 		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
 	CREATE INDEX runs_closed ON runs (namespace, closed_at) WHERE status <> 'running'`,
+	// presence: the server holds its presence lock (see presence), so a free
+	// lock proves it gone.
+	`ALTER TABLE servers ADD COLUMN presence boolean NOT NULL DEFAULT false`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.
