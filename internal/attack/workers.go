@@ -101,11 +101,13 @@ func connectedWorkers(ctx context.Context, e *env) {
 	}()
 	// The pinger keeps every worker inside its heartbeat window from the
 	// moment it registered: one pass over those registered so far each
-	// ping interval the server asked for.
+	// ping interval the server asked for, spread over the interval in a
+	// hundred steps, as workers' own timers are spread.
 	pinged := make(chan struct{})
 	go func() {
 		defer close(pinged)
 		msg := &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Ping{Ping: &aionv1.Ping{}}}
+		const steps = 100
 		for ctx.Err() == nil {
 			interval := time.Duration(ping.Load())
 			if interval <= 0 {
@@ -116,15 +118,17 @@ func connectedWorkers(ctx context.Context, e *env) {
 			mu.Lock()
 			all := workers[:len(workers):len(workers)]
 			mu.Unlock()
-			for _, iw := range all {
-				if ctx.Err() != nil {
-					return
+			for step := range steps {
+				for _, iw := range all[step*len(all)/steps : (step+1)*len(all)/steps] {
+					if ctx.Err() != nil {
+						return
+					}
+					if iw.stream.SendMsg(msg) != nil {
+						e.tally.add("ping: stream ended", 1)
+					}
 				}
-				if iw.stream.SendMsg(msg) != nil {
-					e.tally.add("ping: stream ended", 1)
-				}
+				pause(ctx, time.Until(pass.Add(interval*time.Duration(step+1)/steps)))
 			}
-			pause(ctx, time.Until(pass.Add(interval)))
 		}
 	}()
 	defer func() { <-pinged }()
