@@ -72,7 +72,7 @@ type conn struct {
 	// held keeps the writer from starting before the register ack is
 	// queued; closed refuses frames once the stream is ending; writing is
 	// set while a writer goroutine runs, and idle, when set, is closed by
-	// it when it stops.
+	// it when it stops (see writerIdle).
 	held, closed, writing bool
 	idle                  chan struct{}
 
@@ -220,6 +220,27 @@ func (c *conn) release() {
 	}
 }
 
+// writerIdle returns a channel closed once no writer runs (at once when
+// none does).
+func (c *conn) writerIdle() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writerIdleLocked()
+}
+
+func (c *conn) writerIdleLocked() <-chan struct{} {
+	if !c.writing {
+		return closedChan
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	return c.idle
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // finish refuses further frames and waits for the writer to send what is
 // queued (the last acks of a stream), unless it is stuck in Send: that
 // returns only once the stream has ended, so it is waited for in the
@@ -227,12 +248,7 @@ func (c *conn) release() {
 func (c *conn) finish(wg *sync.WaitGroup) {
 	c.mu.Lock()
 	c.closed = true
-	if !c.writing {
-		c.mu.Unlock()
-		return
-	}
-	idle := make(chan struct{})
-	c.idle = idle
+	idle := c.writerIdleLocked()
 	c.mu.Unlock()
 	select {
 	case <-idle:
