@@ -163,6 +163,7 @@ func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 		{"negative attackers", func(o *attack.Options) { o.Attackers = -1 }, "--attackers -1"},
 		{"no rate", func(o *attack.Options) { o.Rate = 0 }, "--rate 0"},
 		{"body past the gRPC limit", func(o *attack.Options) { o.LargeBytes = 64 << 20 }, "--large-bytes 67108864"},
+		{"no workers", func(o *attack.Options) { o.Workers = 0 }, "--workers 0"},
 		{"too many connections", func(o *attack.Options) { o.IdleConns = 20000 }, "--idle-conns 20000"},
 		{"no command", func(o *attack.Options) { o.Command = nil }, "command"},
 		{"server arg moving the listener", func(o *attack.Options) { o.ServerArgs = []string{"--grpc-addr=0.0.0.0:50051"} },

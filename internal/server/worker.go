@@ -290,15 +290,21 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	}
 	c.lastSeen.Store(time.Now().UnixNano())
 
+	// Either the first frame or the registration deadline comes first;
+	// decided exactly once.
+	var decided atomic.Bool
+	late := status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
 	deadline := time.AfterFunc(registerWithin, func() {
-		c.end(status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin))
+		if decided.CompareAndSwap(false, true) {
+			c.end(late)
+		}
 	})
 	first, err := stream.Recv()
 	deadline.Stop()
+	if !decided.CompareAndSwap(false, true) {
+		return late
+	}
 	if err != nil {
-		if e := c.cause.Load(); e != nil {
-			return e.err
-		}
 		return recvStatus(err)
 	}
 	reg := first.GetRegister()
