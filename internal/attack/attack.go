@@ -46,10 +46,14 @@ const (
 	// readers of the console's script, event-stream clients that never read,
 	// and a worker registering over and over meanwhile.
 	Connections Kind = "connections"
+	// ConnectedWorkers is no attack but a measure: many idle workers, each
+	// on its own connection, held registered, and what the server's memory
+	// grows by per worker.
+	ConnectedWorkers Kind = "workers"
 )
 
 // Kinds lists every attack, in the matrix's order.
-var Kinds = []Kind{None, UnauthLarge, WorkerFields, StalledReader, PendingMemory, Connections}
+var Kinds = []Kind{None, UnauthLarge, WorkerFields, StalledReader, PendingMemory, Connections, ConnectedWorkers}
 
 // ParseKind reads an attack's name.
 func ParseKind(s string) (Kind, error) {
@@ -109,6 +113,11 @@ type Options struct {
 	IdleConns, SlowReaders, SSEClients int
 	// MaxRequests bounds the requests each attacking loop sends.
 	MaxRequests int
+	// Workers is how many workers to connect and hold (workers).
+	Workers int
+	// ProfileDir, when set, receives the server's heap and goroutine
+	// profiles with every worker connected (workers).
+	ProfileDir string
 
 	// KeepDir keeps the server's directory (data and log) after the run.
 	KeepDir bool
@@ -124,12 +133,13 @@ func Defaults() Options {
 		PendingBytes: 2 << 20, ListPageSize: 1000,
 		IdleConns: 3000, SlowReaders: 1000, SSEClients: 500,
 		MaxRequests: 1_000_000,
+		Workers:     10000,
 	}
 }
 
 // defaultAttackers is each kind's number of attackers when none is asked.
 var defaultAttackers = map[Kind]int{
-	None: 0, UnauthLarge: 12, WorkerFields: 2, StalledReader: 1, PendingMemory: 2, Connections: 1,
+	None: 0, UnauthLarge: 12, WorkerFields: 2, StalledReader: 1, PendingMemory: 2, Connections: 1, ConnectedWorkers: 0,
 }
 
 func (o *Options) validate() error {
@@ -163,6 +173,8 @@ func (o *Options) validate() error {
 	case o.IdleConns < 0 || o.SlowReaders < 0 || o.SSEClients < 0 || o.IdleConns+o.SlowReaders+o.SSEClients > 15000:
 		return fmt.Errorf("--idle-conns %d, --slow-readers %d, --sse-clients %d: none negative, at most 15000 in all",
 			o.IdleConns, o.SlowReaders, o.SSEClients)
+	case o.Workers < 1 || o.Workers > 15000:
+		return fmt.Errorf("--workers %d: want 1 to 15000", o.Workers)
 	case o.MaxRequests < 1:
 		return fmt.Errorf("--max-requests %d: want at least 1", o.MaxRequests)
 	}
@@ -204,6 +216,8 @@ type Report struct {
 	Honest Honest `json:"honest"`
 	// Attack is what the attacker sent and what came back.
 	Attack Attack `json:"attack"`
+	// Workers is what the connected workers cost the server (kind workers).
+	Workers *Workers `json:"workers,omitempty"`
 }
 
 // Attack is what the attack sent and how the server answered.
@@ -253,6 +267,7 @@ type env struct {
 	mu      sync.Mutex
 	notes   []string
 	stalled []Stalled
+	workers *Workers
 }
 
 func (e *env) note(format string, args ...any) {
@@ -272,12 +287,13 @@ func (e *env) failed(ctx context.Context, label string, err error) {
 }
 
 var attacks = map[Kind]func(ctx context.Context, e *env){
-	None:          func(context.Context, *env) {},
-	UnauthLarge:   unauthLarge,
-	WorkerFields:  workerFields,
-	StalledReader: stalledReader,
-	PendingMemory: pendingMemory,
-	Connections:   connections,
+	None:             func(context.Context, *env) {},
+	UnauthLarge:      unauthLarge,
+	WorkerFields:     workerFields,
+	StalledReader:    stalledReader,
+	PendingMemory:    pendingMemory,
+	Connections:      connections,
+	ConnectedWorkers: connectedWorkers,
 }
 
 // Run performs one run: it starts the server, the honest tenant and the
@@ -291,6 +307,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		o.Attackers = defaultAttackers[o.Kind]
 	}
 	rep := Report{Kind: o.Kind, Attackers: o.Attackers}
+	if o.Kind == ConnectedWorkers {
+		if err := raiseFileLimit(); err != nil {
+			return rep, err
+		}
+	}
 	srv, err := startChild(o)
 	if err != nil {
 		return rep, err
@@ -384,6 +405,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Honest = load.report(o.Rate)
 	e.mu.Lock()
 	rep.Attack = Attack{Sent: e.tally.sent.Load(), Outcomes: e.tally.snapshot(), Stalled: e.stalled, Notes: e.notes, Stopped: stoppedWhy}
+	rep.Workers = e.workers
 	e.mu.Unlock()
 	if !srv.alive() {
 		rep.Exit = srv.exit()
@@ -426,6 +448,20 @@ func (r Report) WriteText(w io.Writer) {
 			ended = fmt.Sprintf("stream ended after %.1f s", s.StreamEndedAfterS)
 		}
 		fmt.Fprintf(w, "stalled #%d:  held %.1f s, %d pings, %s, %s, attempt retried: %v\n", i+1, s.HeldForS, s.Pings, dropped, ended, s.Retried)
+	}
+	if cw := r.Workers; cw != nil {
+		fmt.Fprintf(w, "workers:     %d asked, %d registered, %d counted by the server after %.1f s\n", cw.Asked, cw.Registered, cw.Counted, cw.ConnectS)
+		for _, m := range []struct {
+			label string
+			m     ServerMemory
+		}{{"before", cw.Before}, {"held", cw.Held}} {
+			fmt.Fprintf(w, "  %-7s    RSS %.0f MB, heap in use %.1f MB, stacks %.1f MB, %d goroutines\n",
+				m.label, m.m.RSSMB, m.m.HeapInuseMB, m.m.StackInuseMB, m.m.Goroutines)
+		}
+		fmt.Fprintf(w, "per worker:  %.1f KiB of RSS, %.2f goroutines\n", cw.PerWorkerKB, cw.GoroutinesPerWorker)
+		for _, p := range cw.Profiles {
+			fmt.Fprintf(w, "profile:     %s\n", p)
+		}
 	}
 	for _, n := range r.Attack.Notes {
 		fmt.Fprintf(w, "note:        %s\n", n)

@@ -39,6 +39,10 @@ func short(t *testing.T, kind attack.Kind) attack.Options {
 	o.DetailsBytes, o.FailureBytes = 1<<20, 256<<10
 	o.PendingBytes, o.ListPageSize = 64<<10, 100
 	o.IdleConns, o.SlowReaders, o.SSEClients = 20, 10, 5
+	o.Workers = 50
+	if kind == attack.ConnectedWorkers {
+		o.ProfileDir = t.TempDir()
+	}
 	return o
 }
 
@@ -65,6 +69,27 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				}
 			}},
 		{kind: attack.PendingMemory, want: []string{"schedule: ", "list: "}},
+		{kind: attack.ConnectedWorkers, want: []string{"register: OK"},
+			check: func(t *testing.T, r attack.Report) {
+				w := r.Workers
+				if w == nil {
+					t.Fatal("no workers figures in the report")
+				}
+				if w.Asked != 50 || w.Registered != 50 || w.Counted != 50 {
+					t.Errorf("workers %+v: want 50 asked, registered and counted by the server to the end", w)
+				}
+				if w.Before.RSSMB <= 0 || w.Held.RSSMB <= 0 || w.Held.Goroutines <= w.Before.Goroutines || w.GoroutinesPerWorker < 1 {
+					t.Errorf("workers %+v: want RSS readings and at least a goroutine a worker more when held", w)
+				}
+				if len(w.Profiles) != 2 {
+					t.Errorf("profiles %v: want the heap and goroutine profiles written", w.Profiles)
+				}
+				for _, p := range w.Profiles {
+					if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+						t.Errorf("profile %s: %v, want a non-empty file", p, err)
+					}
+				}
+			}},
 		{kind: attack.Connections, want: []string{"idle gRPC: ", "slow reader: ", "event stream: "},
 			check: func(t *testing.T, r attack.Report) {
 				var held int64
@@ -138,6 +163,7 @@ func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 		{"negative attackers", func(o *attack.Options) { o.Attackers = -1 }, "--attackers -1"},
 		{"no rate", func(o *attack.Options) { o.Rate = 0 }, "--rate 0"},
 		{"body past the gRPC limit", func(o *attack.Options) { o.LargeBytes = 64 << 20 }, "--large-bytes 67108864"},
+		{"no workers", func(o *attack.Options) { o.Workers = 0 }, "--workers 0"},
 		{"too many connections", func(o *attack.Options) { o.IdleConns = 20000 }, "--idle-conns 20000"},
 		{"no command", func(o *attack.Options) { o.Command = nil }, "command"},
 		{"server arg moving the listener", func(o *attack.Options) { o.ServerArgs = []string{"--grpc-addr=0.0.0.0:50051"} },

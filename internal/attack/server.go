@@ -104,6 +104,9 @@ func startChild(o Options) (*child, error) {
 		"server", "--config", cfgPath, "--auth", "token",
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--data-dir", data, "--sqlite-sync", "full", "--drain-timeout", "2s")
+	if o.Kind == ConnectedWorkers {
+		args = append(args, "--pprof") // the heap profile and its collection
+	}
 	args = append(args, o.ServerArgs...)
 	c.cmd = exec.Command(o.Command[0], args...)
 	c.cmd.Env = append(childEnv(os.Environ()), o.Env...)

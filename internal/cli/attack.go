@@ -49,6 +49,13 @@ Kinds (numbers are those of the hardening matrix in docs/security.md):
   connections     (10) 3000 idle TCP connections to the gRPC port, 1000 slow
                   readers of the console's script, 500 event-stream clients
                   that never read, and a worker registering over and over
+  workers         no attack: --workers idle workers, each on its own TCP
+                  connection, registered in the attacker's namespace and
+                  pinging as the server asks, held until --duration ends;
+                  reports the server's RSS, Go heap, stacks and goroutines
+                  before the first connects and with all of them held (after
+                  a collection), per worker; the server runs with --pprof and
+                  --profile-dir receives its heap and goroutine profiles
 
 Every request loop stops by itself at --duration or --max-requests. The
 attack stops early (the honest load goes on) if the server's RSS passes
@@ -56,7 +63,8 @@ attack stops early (the honest load goes on) if the server's RSS passes
 		Example: `  aion attack unauth-large
   aion attack stalled-reader --duration 60s
   aion attack pending-memory --attackers 4 --json
-  aion attack none --rate 50`,
+  aion attack none --rate 50
+  aion attack workers --workers 10000 --duration 60s --profile-dir /tmp/prof`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f := cmd.Flags().Lookup("address"); f != nil && f.Changed {
@@ -103,6 +111,8 @@ attack stops early (the honest load goes on) if the server's RSS passes
 	f.IntVar(&o.IdleConns, "idle-conns", o.IdleConns, "connections: idle TCP connections to the gRPC port")
 	f.IntVar(&o.SlowReaders, "slow-readers", o.SlowReaders, "connections: slow readers of the console's script")
 	f.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "connections: event-stream clients that never read")
+	f.IntVar(&o.Workers, "workers", o.Workers, "workers: idle workers to connect and hold, one TCP connection each")
+	f.StringVar(&o.ProfileDir, "profile-dir", "", "workers: write the server's heap and goroutine profiles here, with every worker connected")
 	f.StringArrayVar(&o.ServerArgs, "server-arg", nil, "an argument added to the server's command line, e.g. --server-arg=--max-pending-per-namespace=100 (repeatable)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the server's temporary directory (data and server.log) and print where it is")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")

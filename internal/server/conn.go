@@ -18,6 +18,14 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
+// readBuffer is the size of a connection's read buffer, taken from a pool
+// for each read and given back once its bytes are parsed. Idle workers'
+// pings arrive on thousands of connections at once, so the pool's size
+// follows the buffer's: gRPC's default of 32 KiB costs 32 KiB per
+// connection read in the same moment. A frame larger than the buffer is
+// read straight into its own memory.
+const readBuffer = 8 << 10
+
 // connectionOptions bounds what a gRPC connection may hold without making
 // progress: a connection that never finishes its handshake is closed after
 // the handshake timeout, one without calls after the idle timeout (clients
@@ -37,6 +45,7 @@ func connectionOptions(c ConnLimits) []grpc.ServerOption {
 	// headers costs the server little to discard. A message the server
 	// reads opens its call's window to its whole size.
 	opts = append(opts, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20))
+	opts = append(opts, grpc.ReadBufferSize(readBuffer))
 	return append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionIdle: c.GRPCIdleTimeout, // 0 is grpc's "infinity"
 		Time:              keepaliveTime,

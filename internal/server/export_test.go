@@ -1,6 +1,9 @@
 package server
 
-import "github.com/aion-run/aion/internal/store"
+import (
+	"github.com/aion-run/aion/internal/registry"
+	"github.com/aion-run/aion/internal/store"
+)
 
 // StoreOf returns the store a running server reads and writes, so a test
 // can ask it how it runs.
@@ -11,3 +14,15 @@ func RefusedCallsOpen(s *Server) int64 { return s.refusedOpen.Load() }
 
 // AppliedFlowLimits is what flow limits of namespace ns the server applies.
 func AppliedFlowLimits(s *Server, ns string) []store.FlowLimit { return s.eng.AppliedFlowLimits(ns) }
+
+// WriterIdle returns a channel closed once the stream of worker id runs no
+// writer goroutine; false when the worker is not connected.
+func WriterIdle(s *Server, id uint64) (<-chan struct{}, bool) {
+	s.connsMu.Lock()
+	c, ok := s.conns[registry.WorkerID(id)]
+	s.connsMu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return c.writerIdle(), true
+}

@@ -40,15 +40,41 @@ type workerService struct {
 	s *Server
 }
 
+// A worker stream costs the server, besides gRPC's own goroutines for its
+// connection, one goroutine while it is idle: its handler, which reads the
+// stream. A writer goroutine runs only while frames wait to be sent. The
+// sweeper, shutdown, an expiring credential or a failed send end the stream
+// by writing its status on the transport (after the writer has sent what was
+// queued): that ends the handler's Recv, and the handler returns the same
+// status.
+
+// statusWriter is the transport stream's own way to end a stream with a
+// status, which gRPC's server stream types have; a Connect whose transport
+// stream lacks it is refused, so a gRPC upgrade that drops it fails loudly.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
+}
+
+// endCause is why the server ended a worker stream: the status it wrote,
+// and whether a send to the worker failed.
+type endCause struct {
+	err        error
+	sendFailed bool
+}
+
 // conn is one worker stream: the registry's Delivery and the engine's Conn.
 type conn struct {
 	stream grpc.BidiStreamingServer[aionv1.WorkerMessage, aionv1.ServerMessage]
 	peer   string
 
-	mu     sync.Mutex
-	out    []*aionv1.ServerMessage
-	closed bool
-	wake   chan struct{}
+	mu  sync.Mutex
+	out []*aionv1.ServerMessage
+	// held keeps the writer from starting before the register ack is
+	// queued; closed refuses frames once the stream is ending; writing is
+	// set while a writer goroutine runs, and idle, when set, is closed by
+	// it when it stops (see writerIdle).
+	held, closed, writing bool
+	idle                  chan struct{}
 
 	lastSeen     atomic.Int64  // unix nanos of the last frame received
 	queued, sent atomic.Int64  // frames handed to the writer, and written
@@ -60,7 +86,8 @@ type conn struct {
 	leaving       atomic.Bool // the worker announced its own drain
 	drainDeadline func() time.Time
 	shuttingDown  func() bool
-	kill          chan error // the sweeper or shutdown ends the stream
+	status        statusWriter
+	cause         atomic.Pointer[endCause] // set once, by whoever ends the stream first
 }
 
 var (
@@ -95,7 +122,8 @@ func (c *conn) SendCancel(ns, id string, attempt int, reason string) error {
 	}}})
 }
 
-// push queues a frame for the writer without blocking.
+// push queues a frame without blocking, and starts the writer unless it
+// runs or is held.
 func (c *conn) push(m *aionv1.ServerMessage) error {
 	c.mu.Lock()
 	if c.closed {
@@ -110,52 +138,123 @@ func (c *conn) push(m *aionv1.ServerMessage) error {
 	}
 	c.out = append(c.out, m)
 	c.queued.Add(1)
+	start := c.startLocked()
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if start {
+		go c.write()
 	}
 	return nil
 }
 
-// end asks the stream's handler to finish with err.
-func (c *conn) end(err error) {
-	select {
-	case c.kill <- err:
-	default:
+// startLocked reports whether the caller is to start the writer: frames
+// wait, none runs and it is not held.
+func (c *conn) startLocked() bool {
+	if c.writing || c.held || len(c.out) == 0 {
+		return false
 	}
+	c.writing = true
+	return true
 }
 
-// write sends queued frames until ctx ends, then what is still queued (the
-// last acks of a stream), or until a send fails.
-func (c *conn) write(ctx context.Context) error {
-	defer func() {
-		c.mu.Lock()
-		c.closed = true
-		c.out = nil
-		c.mu.Unlock()
+// end ends the stream with status err; the first call wins.
+func (c *conn) end(err error) { c.endWith(&endCause{err: err}) }
+
+// endWith ends the stream for e, unless it is ending already: the writer
+// sends what is queued (unless it is stuck), then e's status is written,
+// which ends the handler's Recv.
+func (c *conn) endWith(e *endCause) {
+	if !c.cause.CompareAndSwap(nil, e) {
+		return
+	}
+	go func() {
+		c.finish(nil)
+		_ = c.status.WriteStatus(status.Convert(e.err))
 	}()
+}
+
+// write sends the queued frames in order, until none is left or a send
+// fails; a failed send ends the stream.
+func (c *conn) write() {
 	var batch []*aionv1.ServerMessage
 	for {
-		last := false
-		select {
-		case <-ctx.Done():
-			last = true
-		case <-c.wake:
-		}
 		c.mu.Lock()
-		c.closed = c.closed || last
+		if len(c.out) == 0 {
+			c.out = nil // an idle stream keeps no queue
+			c.stopWritingLocked()
+			c.mu.Unlock()
+			return
+		}
 		batch, c.out = c.out, batch[:0]
 		c.mu.Unlock()
 		for i, m := range batch {
 			if err := c.stream.Send(m); err != nil {
-				return err
+				c.mu.Lock()
+				c.closed, c.out = true, nil
+				c.stopWritingLocked()
+				c.mu.Unlock()
+				c.endWith(&endCause{err: status.Errorf(codes.Unavailable, "send to worker: %v", err), sendFailed: true})
+				return
 			}
 			c.sent.Add(1)
 			batch[i] = nil
 		}
-		if last {
-			return nil
+	}
+}
+
+func (c *conn) stopWritingLocked() {
+	c.writing = false
+	if c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// release lets the writer start, once the register ack is queued first.
+func (c *conn) release() {
+	c.mu.Lock()
+	c.held = false
+	start := c.startLocked()
+	c.mu.Unlock()
+	if start {
+		go c.write()
+	}
+}
+
+// writerIdle returns a channel closed once no writer runs (at once when
+// none does).
+func (c *conn) writerIdle() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writerIdleLocked()
+}
+
+func (c *conn) writerIdleLocked() <-chan struct{} {
+	if !c.writing {
+		return closedChan
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	return c.idle
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// finish refuses further frames and waits for the writer to send what is
+// queued (the last acks of a stream), unless it is stuck in Send: that
+// returns only once the stream has ended, so it is waited for in the
+// background, on wg when set.
+func (c *conn) finish(wg *sync.WaitGroup) {
+	c.mu.Lock()
+	c.closed = true
+	idle := c.writerIdleLocked()
+	c.mu.Unlock()
+	select {
+	case <-idle:
+	case <-c.stuck:
+		if wg != nil {
+			wg.Go(func() { <-idle })
 		}
 	}
 }
@@ -173,49 +272,40 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	if s.shuttingDown.Load() {
 		return status.Error(codes.Unavailable, "server is shutting down; reconnect later")
 	}
+	ctx := stream.Context()
+	sw, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter)
+	if !ok {
+		return status.Error(codes.Internal, "worker stream: the transport stream cannot be ended with a status")
+	}
 	c := &conn{
 		stream:        stream,
-		wake:          make(chan struct{}, 1),
-		kill:          make(chan error, 1),
+		status:        sw,
+		held:          true,
 		stuck:         make(chan struct{}),
 		drainDeadline: s.drainDeadline,
 		shuttingDown:  s.shuttingDown.Load,
 	}
-	if p, ok := peer.FromContext(stream.Context()); ok {
+	if p, ok := peer.FromContext(ctx); ok {
 		c.peer = p.Addr.String()
 	}
 	c.lastSeen.Store(time.Now().UnixNano())
 
-	// Frames are read on their own goroutine so the handler can also react
-	// to the sweeper, shutdown and the registration deadline.
-	frames := make(chan *aionv1.WorkerMessage)
-	recvErr := make(chan error, 1)
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case frames <- m:
-			case <-ctx.Done():
-				return
-			}
+	// Either the first frame or the registration deadline comes first;
+	// decided exactly once.
+	var decided atomic.Bool
+	late := status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
+	deadline := time.AfterFunc(registerWithin, func() {
+		if decided.CompareAndSwap(false, true) {
+			c.end(late)
 		}
-	}()
-
-	var first *aionv1.WorkerMessage
-	select {
-	case first = <-frames:
-	case err := <-recvErr:
+	})
+	first, err := stream.Recv()
+	deadline.Stop()
+	if !decided.CompareAndSwap(false, true) {
+		return late
+	}
+	if err != nil {
 		return recvStatus(err)
-	case <-time.After(registerWithin):
-		return status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
-	case err := <-c.kill:
-		return err
 	}
 	reg := first.GetRegister()
 	if reg == nil {
@@ -258,7 +348,7 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)
 
 	// The worker became selectable inside Accept, so a task may already be
-	// queued; the ack still goes first (the writer has not started yet).
+	// queued; the ack still goes first (the writer is held until it is).
 	window := s.cfg.HeartbeatWindow
 	c.mu.Lock()
 	c.out = slices.Insert(c.out, 0, &aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
@@ -266,53 +356,37 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		HeartbeatWindow: durationpb.New(window),
 		PingInterval:    durationpb.New(window / 3),
 	}}})
+	c.queued.Add(1)
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	writeErr := make(chan error, 1)
-	go func() { writeErr <- c.write(ctx) }()
-	// stopWriter lets the writer send what is queued and waits for it,
-	// unless it is stuck in Send: that returns only once this handler has.
-	stopWriter := func() {
-		cancel()
-		select {
-		case <-writeErr:
-		case <-c.stuck:
-			s.bg.Add(1)
-			go func() { defer s.bg.Done(); <-writeErr }()
-		}
-	}
+	c.release()
 	s.eng.WorkerJoined(w)
 
 	for {
-		select {
-		case m := <-frames:
-			c.lastSeen.Store(time.Now().UnixNano())
-			if err := s.handleFrame(c, w, m); err != nil {
-				stopWriter()
-				return err
-			}
-		case err := <-recvErr:
-			stopWriter()
-			if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
-				reason = registry.ReasonDrained
-			}
-			s.log.Info("worker disconnected", "worker", w.ID(), "reason", orDefault(reason, registry.ReasonDisconnect))
-			return recvStatus(err)
-		case err := <-writeErr:
-			s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", err)
-			return status.Errorf(codes.Unavailable, "send to worker: %v", err)
-		case err := <-c.kill:
-			stopWriter()
-			switch code := status.Code(err); {
-			case code == codes.Unavailable && !s.shuttingDown.Load():
+		m, err := stream.Recv()
+		if err != nil {
+			c.finish(&s.bg)
+			e := c.cause.Load()
+			switch {
+			case e == nil:
+				if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
+					reason = registry.ReasonDrained
+				}
+				s.log.Info("worker disconnected", "worker", w.ID(), "reason", orDefault(reason, registry.ReasonDisconnect))
+				return recvStatus(err)
+			case e.sendFailed:
+				s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", e.err)
+				return e.err
+			case status.Code(e.err) == codes.Unavailable && !s.shuttingDown.Load():
 				reason = registry.ReasonTimeout // the sweeper: silent, or not reading
 			default:
 				reason = registry.ReasonDeregistered // shutdown, expired credential
 			}
-			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", err)
+			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", e.err)
+			return e.err
+		}
+		c.lastSeen.Store(time.Now().UnixNano())
+		if err := s.handleFrame(c, w, m); err != nil {
+			c.finish(&s.bg)
 			return err
 		}
 	}
