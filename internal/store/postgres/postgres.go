@@ -279,6 +279,11 @@ var migrations = []string{
 		ADD COLUMN tracestate text NOT NULL DEFAULT '';
 	ALTER TABLE runs ADD COLUMN traceparent text NOT NULL DEFAULT '',
 		ADD COLUMN tracestate text NOT NULL DEFAULT ''`,
+	// Run claims share a pool's waiting runs between fairness keys, as
+	// activity claims do: they find the keys waiting (one probe each) and
+	// read each key's oldest runs through runs_claim_fair.
+	`CREATE INDEX runs_claim_fair ON runs (namespace, task_queue, workflow_type, priority, fairness_key, seq)
+		WHERE status = 'running' AND owner = 0`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.
