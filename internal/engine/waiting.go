@@ -189,10 +189,17 @@ func (e *Engine) waitingRunsLocked(ns string) []WaitingGroup {
 		if tr.Pool.Namespace != ns {
 			continue
 		}
-		for i, lane := range q.lanes {
-			for _, r := range lane {
-				t.add(groupKey{tq: tr.Pool.TaskQueue, kind: WaitingWorkflowTasks, typ: tr.ActivityType,
-					priority: i + store.HighestPriority, fairness: r.rec.Flow.FairnessKey}, r.queuedAt)
+		for i := range q.lanes {
+			l := &q.lanes[i]
+			count := func(f *wfFlow) {
+				for _, r := range f.items[f.head:] {
+					t.add(groupKey{tq: tr.Pool.TaskQueue, kind: WaitingWorkflowTasks, typ: tr.ActivityType,
+						priority: i + store.HighestPriority, fairness: r.rec.Flow.FairnessKey}, r.queuedAt)
+				}
+			}
+			count(&l.def)
+			for _, f := range l.keyed {
+				count(f)
 			}
 		}
 	}

@@ -17,13 +17,43 @@ import (
 )
 
 // wfQueue holds the runs waiting for a workflow task on one workflow
-// triple: one FIFO per priority, the most urgent served first. A triple
-// with an empty build holds runs not yet bound to a build, which go to the
-// pool's default build.
+// triple: one lane per priority, the most urgent served first; within a
+// lane one FIFO per fairness key, shared out by weight as activities are
+// (see fair.go). A triple with an empty build holds runs not yet bound to a
+// build, which go to the pool's default build.
 type wfQueue struct {
 	triple registry.Triple
-	lanes  [store.LowestPriority][]*wfRun
+	lanes  [store.LowestPriority]wfLane
 }
+
+// The workflow queue's lane and flow. A run that stops waiting leaves its
+// lane at once (remove), so a lane holds no stale entries.
+type (
+	wfLane = fairLane[*wfRun, *wfQueue]
+	wfFlow = fairFlow[*wfRun]
+)
+
+func newWFQueue(t registry.Triple) *wfQueue {
+	q := &wfQueue{triple: t}
+	for i := range q.lanes {
+		q.lanes[i].def.at = -1
+	}
+	return q
+}
+
+// waiting calls fn for the runs waiting, in dispatch order (see
+// queue.waiting); fn returns false to stop.
+func (q *wfQueue) waiting(fn func(*wfRun) bool) {
+	for i := range q.lanes {
+		if !q.lanes[i].waiting(q, fn) {
+			return
+		}
+	}
+}
+
+func (r *wfRun) fairKey() string         { return r.rec.Flow.FairnessKey }
+func (r *wfRun) fairWeight() int         { return r.rec.Flow.FairnessWeight }
+func (r *wfRun) waitsIn(q *wfQueue) bool { return r.queued == q }
 
 // needTaskLocked arranges a workflow task for a run that has events its
 // code has not seen: at once on the worker that holds it in memory, or in
@@ -63,12 +93,11 @@ func (e *Engine) enqueueRunLocked(r *wfRun) {
 	t := e.routeOf(r)
 	q := e.wfQueues[t]
 	if q == nil {
-		q = &wfQueue{triple: t}
+		q = newWFQueue(t)
 		e.wfQueues[t] = q
 	}
 	r.queued, r.queuedAt = q, e.now()
-	l := laneOf(r.rec.Priority)
-	q.lanes[l] = append(q.lanes[l], r)
+	q.lanes[laneOf(r.rec.Priority)].push(r)
 	e.dispatchRunsLocked(q)
 }
 
@@ -78,19 +107,16 @@ func (e *Engine) unqueueRunLocked(r *wfRun) {
 		return
 	}
 	r.queued = nil
-	l := laneOf(r.rec.Priority)
-	if i := slices.Index(q.lanes[l], r); i >= 0 {
-		q.lanes[l] = slices.Delete(q.lanes[l], i, i+1)
-	}
+	q.lanes[laneOf(r.rec.Priority)].remove(r)
 	if q.front() == nil && e.wfQueues[q.triple] == q {
 		delete(e.wfQueues, q.triple)
 	}
 }
 
 // front is the most urgent lane with runs waiting, nil when none waits.
-func (q *wfQueue) front() *[]*wfRun {
+func (q *wfQueue) front() *wfLane {
 	for i := range q.lanes {
-		if len(q.lanes[i]) > 0 {
+		if q.lanes[i].len() > 0 {
 			return &q.lanes[i]
 		}
 	}
@@ -99,7 +125,8 @@ func (q *wfQueue) front() *[]*wfRun {
 
 // dispatchRunsLocked hands queued runs to free workers of the queue's
 // triple (for unbound runs: of the pool's default build) until none is
-// free, the most urgent first, the oldest first within a priority.
+// free, the most urgent first; within a priority the fairness keys take
+// turns by weight, and a key's runs go oldest first.
 func (e *Engine) dispatchRunsLocked(q *wfQueue) {
 	for l := q.front(); l != nil; l = q.front() {
 		t := q.triple
@@ -114,9 +141,7 @@ func (e *Engine) dispatchRunsLocked(q *wfQueue) {
 		if !ok {
 			return
 		}
-		r := (*l)[0]
-		(*l)[0] = nil
-		*l = (*l)[1:]
+		r := l.dequeue(l.next())
 		r.queued = nil
 		e.sendTaskLocked(r, w)
 	}

@@ -96,15 +96,16 @@ func (e *Engine) explainRunLocked(r *wfRun) Explanation {
 			ex.FreeSlots += max(w.WorkflowSlots-w.WorkflowSlotsInUse, 0)
 		}
 	}
-	lane := laneOf(r.rec.Priority)
-	for i := 0; i <= lane; i++ {
-		for _, o := range q.lanes[i] {
-			if o == r {
-				break
-			}
-			ex.Ahead++
+	q.waiting(func(o *wfRun) bool {
+		if o == r {
+			return false
 		}
-	}
+		ex.Ahead++
+		if o.rec.Flow.FairnessKey != r.rec.Flow.FairnessKey {
+			ex.AheadOfOtherKeys++
+		}
+		return true
+	})
 	switch {
 	case ex.Workers == 0:
 		ex.Reason = WhyNoWorker
@@ -116,8 +117,8 @@ func (e *Engine) explainRunLocked(r *wfRun) Explanation {
 			ex.Workers, t.ActivityType, t.Build)
 	default:
 		ex.Reason = WhySlotsBusy
-		ex.Message = fmt.Sprintf("%d eligible workers, %d free workflow slots; %d runs wait before it", ex.Eligible,
-			ex.FreeSlots, ex.Ahead)
+		ex.Message = fmt.Sprintf("%d eligible workers, %d free workflow slots; %d runs wait before it%s", ex.Eligible,
+			ex.FreeSlots, ex.Ahead, otherKeys(ex.AheadOfOtherKeys))
 	}
 	return ex
 }

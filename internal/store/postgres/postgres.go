@@ -311,6 +311,11 @@ var migrations = []string{
 	// presence: the server holds its presence lock (see presence), so a free
 	// lock proves it gone.
 	`ALTER TABLE servers ADD COLUMN presence boolean NOT NULL DEFAULT false`,
+	// Run claims share a pool's waiting runs between fairness keys, as
+	// activity claims do: they find the keys waiting (one probe each) and
+	// read each key's oldest runs through runs_claim_fair.
+	`CREATE INDEX runs_claim_fair ON runs (namespace, task_queue, workflow_type, priority, fairness_key, seq)
+		WHERE status = 'running' AND owner = 0`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

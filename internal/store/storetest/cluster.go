@@ -62,6 +62,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"WaitingGroupsCountReadyWorkByPriorityAndKey", testWaitingGroups},
 		{"RunClaimsGiveEachRunToOneServer", testRunClaims},
 		{"ConcurrentRunClaimsHandEachRunOutOnce", testConcurrentRunClaims},
+		{"RunClaimsShareByFairnessKeyAndWeight", testFairRunClaims},
 		{"RunInboxIsConsumedWithTheAppend", testRunInbox},
 		{"StepClosePostsWithTheActivity", testStepClosePostsWithTheActivity},
 		{"ReapReleasesTheRunsOfAnExpiredServer", testReapReleasesRuns},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,18 @@ func (c *clusterCase) startRun(id, typ string, owner store.ServerID) {
 	c.t.Helper()
 	got := c.apply(store.InsertRun{Run: store.Run{Namespace: "ns", WorkflowID: "wf-" + id, RunID: id, WorkflowType: typ,
 		TaskQueue: "q", StartedAt: time.Now()}, Events: []store.Event{{Seq: 1, Data: []byte("started")}}, Owner: owner})
+	if !got[0] {
+		c.t.Fatalf("insert run %s refused", id)
+	}
+}
+
+// startKeyedRun inserts an open run of type "order" no server holds, with
+// fairness key k, weight w and priority p.
+func (c *clusterCase) startKeyedRun(id, k string, w, p int) {
+	c.t.Helper()
+	got := c.apply(store.InsertRun{Run: store.Run{Namespace: "ns", WorkflowID: "wf-" + id, RunID: id, WorkflowType: "order",
+		TaskQueue: "q", StartedAt: time.Now(), Priority: p, Flow: store.Flow{FairnessKey: k, FairnessWeight: w}},
+		Events: []store.Event{{Seq: 1, Data: []byte("started")}}})
 	if !got[0] {
 		c.t.Fatalf("insert run %s refused", id)
 	}
@@ -95,6 +108,43 @@ func testRunClaims(t *testing.T, c *clusterCase) {
 	r, err := c.s.GetRun(c.ctx, "ns", "free-1")
 	if err != nil || r.HistoryLength != 2 {
 		t.Fatalf("released and claimed run: %+v %v", r, err)
+	}
+}
+
+// A claim shares itself between the fairness keys waiting, by weight and
+// oldest first within a key, the most urgent priority first: a backlog of
+// one key does not take whole claims from another.
+func testFairRunClaims(t *testing.T, c *clusterCase) {
+	s := c.join("s", time.Minute)
+	for i := range 20 {
+		c.startKeyedRun(fmt.Sprintf("a-%02d", i), "tenant-a", 0, 0)
+	}
+	for i := range 4 {
+		c.startKeyedRun(fmt.Sprintf("b-%02d", i), "tenant-b", 0, 0)
+	}
+	if got := fmt.Sprint(c.claimRuns(s, 8, runClaim("order"))); got != "[a-00 a-01 a-02 a-03 b-00 b-01 b-02 b-03]" {
+		t.Fatalf("first claim of 8 took %s, want the 4 oldest of each key (equal weights)", got)
+	}
+	if got := fmt.Sprint(c.claimRuns(s, 4, runClaim("order"))); got != "[a-04 a-05 a-06 a-07]" {
+		t.Fatalf("second claim took %s, want key a's next 4", got)
+	}
+	c.startKeyedRun("urgent", "tenant-c", 0, 1)
+	if got := fmt.Sprint(c.claimRuns(s, 1, runClaim("order"))); got != "[urgent]" {
+		t.Fatalf("a claim of 1 took %s, want the priority-1 run started last", got)
+	}
+
+	for i := range 40 {
+		c.startKeyedRun(fmt.Sprintf("heavy-%02d", i), "heavy", 3, 2)
+		c.startKeyedRun(fmt.Sprintf("light-%02d", i), "light", 1, 2)
+	}
+	heavy := 0
+	for _, id := range c.claimRuns(s, 20, runClaim("order")) {
+		if strings.HasPrefix(id, "heavy-") {
+			heavy++
+		}
+	}
+	if heavy < 14 || heavy > 16 {
+		t.Fatalf("a claim of 20 took %d of weight 3 and %d of weight 1, want 15:5 (±1)", heavy, 20-heavy)
 	}
 }
 
