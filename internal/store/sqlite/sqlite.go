@@ -559,6 +559,7 @@ var migrations = []string{
 	CREATE INDEX runs_by_namespace ON runs (namespace, seq);
 	CREATE INDEX runs_by_status ON runs (namespace, status, seq);
 	CREATE INDEX runs_by_type ON runs (namespace, workflow_type, seq)`,
+	waitingMigration,
 }
 
 // migrate brings the schema up to date and gives the database its identity
