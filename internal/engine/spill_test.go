@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,49 @@ func TestWhyAndGetOfAnActivityWaitingInTheStore(t *testing.T) {
 	}
 	if _, err := b.eng.Get(context.Background(), anyone, "ns", "missing"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get of an unknown id: %v", err)
+	}
+}
+
+// With both keys' work mostly in the store (window 4), keys of weights 3
+// and 1 still share starts 3:1 and each key's work starts oldest first:
+// dispatch waits for a key's page rather than give its turns away.
+func TestKeysWaitingInTheStoreKeepTheirShares(t *testing.T) {
+	t.Parallel()
+	b := spillBench(t, 4)
+	b.scheduleAll(backlog("heavy", "heavy", 3, 200))
+	b.scheduleAll(backlog("light", "light", 1, 200))
+	if _, inStore := b.held(); inStore != 2*(200-4) {
+		t.Fatalf("%d in the store, want %d", inStore, 2*(200-4))
+	}
+	ids := b.joinWide(200).started(200)
+	heavy := 0
+	next := map[string]int{}
+	for _, id := range ids {
+		prefix, _, _ := strings.Cut(id, "-")
+		if want := fmt.Sprintf("%s-%05d", prefix, next[prefix]); id != want {
+			t.Fatalf("started %s, want %s: a key's work starts oldest first", id, want)
+		}
+		next[prefix]++
+		if prefix == "heavy" {
+			heavy++
+		}
+	}
+	if heavy != 150 {
+		t.Fatalf("heavy:light started %d:%d, want 150:50", heavy, len(ids)-heavy)
+	}
+}
+
+// A Wait on an activity waiting in the store returns once it ran, after it
+// was paged in.
+func TestWaitOnAnActivityInTheStoreReturnsWhenItCloses(t *testing.T) {
+	t.Parallel()
+	b := spillBench(t, 2)
+	ids := b.scheduleN(8, store.Timeouts{})
+	last := ids[len(ids)-1]
+	waited := make(chan View, 1)
+	go func() { waited <- b.wait(last) }()
+	b.runAll(b.join(1), ids)
+	if v := recv(t, waited, "wait's end"); v.Activity.State != store.StateCompleted {
+		t.Fatalf("wait returned %s, want completed", v.Activity.State)
 	}
 }
