@@ -21,8 +21,10 @@ const waitingDeadlineSQL = `min(
 		THEN ready_at + json_extract(timeouts, '$.schedule_to_start') ELSE 9223372036854775807 END)`
 
 // waitingMigration adds the indexes a server running alone pages its
-// waiting work and finds its deadlines by.
-const waitingMigration = `CREATE INDEX activities_waiting ON activities
+// waiting work and finds its deadlines by, and drops activities_open,
+// which only the load of every open activity at a start used.
+const waitingMigration = `DROP INDEX activities_open;
+	CREATE INDEX activities_waiting ON activities
 		(namespace, task_queue, activity_type, node, priority, fairness_key, ready_at, seq) WHERE state = 'scheduled';
 	CREATE INDEX activities_waiting_deadline ON activities (` + waitingDeadlineSQL + `, seq) WHERE state = 'scheduled'`
 
