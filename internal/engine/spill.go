@@ -492,7 +492,7 @@ func (e *Engine) cancelSpilled(ctx context.Context, k key, reason string) (handl
 // steps of open runs into memory and starts paging the rest; it returns how
 // many activities are open.
 func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
-	counts, err := e.ws.CountWaiting(ctx, e.maxPendingBytes > 0)
+	counts, err := e.ws.CountWaiting(ctx, false)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
@@ -517,9 +517,6 @@ func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
 		q.spilled += c.Count
 		e.spilled += c.Count
 		e.pending[c.Namespace] += c.Count
-		if c.Bytes > 0 {
-			e.pendingBytes[c.Namespace] += c.Bytes
-		}
 		n += c.Count
 	}
 	for _, rec := range steps {
@@ -548,6 +545,13 @@ func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
 	}
 	if e.spilled > 0 {
 		e.armSweepLocked(now)
+		if e.maxPendingBytes > 0 {
+			// Summing payload lengths reads every waiting row, so it is
+			// done after the engine is ready; until it is, the byte cap
+			// counts only what was scheduled since.
+			e.bg.Add(1)
+			go e.countWaitingBytes()
+		}
 	}
 	// The first page of each flow is read before the engine is ready, so
 	// the first worker finds the head of every flow in memory; past
@@ -571,6 +575,26 @@ func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// countWaitingBytes adds the payload bytes of the work waiting in the store
+// at recovery to the per-namespace sums the byte cap checks. What closed
+// or was scheduled while it read makes the sums off by that much; they
+// never go below zero.
+func (e *Engine) countWaitingBytes() {
+	defer e.bg.Done()
+	sums, err := e.ws.WaitingBytes(e.bgCtx) // no call timeout: it reads every waiting row
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			e.log.Error("sum the payload bytes of waiting work", "err", err)
+		}
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ns, n := range sums {
+		e.pendingBytes[ns] += n
+	}
 }
 
 // recoverPages bounds the flows whose first page recovery reads before the

@@ -219,3 +219,34 @@ func TestWaitOnAnActivityInTheStoreReturnsWhenItCloses(t *testing.T) {
 		t.Fatalf("wait returned %s, want completed", v.Activity.State)
 	}
 }
+
+// After a restart the byte cap counts the payloads of the work waiting in
+// the store: they are summed after the engine is ready.
+func TestByteCapCountsWorkWaitingInTheStoreAfterARestart(t *testing.T) {
+	t.Parallel()
+	b := &bench{t: t, clk: clock.NewFake(epoch), path: filepath.Join(t.TempDir(), "aion.db"), window: 2, maxPendingBytes: 1 << 20}
+	b.start()
+	t.Cleanup(b.stop)
+	ids := b.scheduleN(10, store.Timeouts{})
+	want := int64(10 * len(`"in"`))
+	b.restart()
+	deadline := time.Now().Add(patience)
+	for {
+		b.eng.mu.Lock()
+		got := b.eng.pendingBytes["ns"]
+		b.eng.mu.Unlock()
+		if got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pending bytes after the restart: %d, want %d", got, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.runAll(b.join(1), ids)
+	b.eng.mu.Lock()
+	defer b.eng.mu.Unlock()
+	if got := b.eng.pendingBytes["ns"]; got != 0 {
+		t.Fatalf("pending bytes after all ran: %d, want 0", got)
+	}
+}

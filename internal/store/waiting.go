@@ -83,6 +83,10 @@ type WaitingStore interface {
 	// any; withBytes sums their payload lengths too, which costs a read of
 	// every row.
 	CountWaiting(ctx context.Context, withBytes bool) ([]LaneCount, error)
+	// WaitingBytes sums the payload lengths of the scheduled activities
+	// per namespace (namespaces without any are left out); it reads every
+	// such row.
+	WaitingBytes(ctx context.Context) (map[string]int64, error)
 	// PageWaiting returns up to p.Limit scheduled activities of p's lane
 	// that are ready at p.Now and come after p.After, in dispatch order.
 	// When it returns fewer than the limit, next is the earliest ready

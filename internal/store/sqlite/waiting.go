@@ -79,6 +79,33 @@ func (s *Store) CountWaiting(ctx context.Context, withBytes bool) ([]store.LaneC
 	return out, nil
 }
 
+// WaitingBytes implements store.WaitingStore.
+func (s *Store) WaitingBytes(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, sum(coalesce(length(payload), 0)) FROM activities
+		WHERE state = 'scheduled' GROUP BY namespace`)
+	if err != nil {
+		return nil, fmt.Errorf("sum waiting payload bytes: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64)
+	for rows.Next() {
+		var (
+			ns string
+			n  int64
+		)
+		if err := rows.Scan(&ns, &n); err != nil {
+			return nil, fmt.Errorf("sum waiting payload bytes: %w", err)
+		}
+		if n > 0 {
+			out[ns] = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sum waiting payload bytes: %w", err)
+	}
+	return out, nil
+}
+
 // laneWhere selects one lane's scheduled rows through activities_waiting.
 const laneWhere = `state = 'scheduled' AND namespace = ? AND task_queue = ? AND activity_type = ? AND node = ?
 	AND priority = ? AND fairness_key = ?`

@@ -87,6 +87,10 @@ func RunWaiting(t *testing.T, open Opener) {
 		if len(noBytes) != 3 || noBytes[0].Bytes != 0 || noBytes[1].Count != 2 {
 			t.Fatalf("counts without bytes: %+v", noBytes)
 		}
+		perNS, err := ws.WaitingBytes(ctx)
+		if err != nil || len(perNS) != 1 || perNS["ns"] != 4*n {
+			t.Fatalf("waiting bytes: %v %v, want ns: %d", perNS, err, 4*n)
+		}
 	})
 
 	t.Run("PageWaitingReadsOneLaneInDispatchOrderFromTheCursor", func(t *testing.T) {
