@@ -173,12 +173,7 @@ func (e *Engine) forgetSpilledLocked(r *store.Activity) {
 	sf.n--
 	q.spilled--
 	e.spilled--
-	if sf.n == 0 && !sf.paging {
-		delete(q.spill, id)
-		if len(q.spill) == 0 {
-			q.spill = nil
-		}
-	}
+	e.dropSpillFlowIfDoneLocked(sf)
 }
 
 // topUpLocked starts a page read for every spill flow of q whose window
@@ -234,6 +229,7 @@ func (e *Engine) readPage(sf *spillFlow) {
 	}
 	if err != nil || e.closed {
 		sf.paging = false
+		e.dropSpillFlowIfDoneLocked(sf)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			e.log.Error("read waiting activities from the store", "namespace", p.Namespace, "task_queue", p.TaskQueue,
 				"activity_type", p.ActivityType, "err", err)
@@ -265,13 +261,19 @@ func (e *Engine) readPage(sf *spillFlow) {
 		e.holdPagingLocked(sf, at)
 	}
 	sf.paging = false
-	if sf.n == 0 && sf.q.spill[sf.id] == sf {
+	e.dropSpillFlowIfDoneLocked(sf)
+	e.dispatchLocked(sf.q)
+}
+
+// dropSpillFlowIfDoneLocked forgets a spill flow with nothing left in the
+// store and no page read in flight.
+func (e *Engine) dropSpillFlowIfDoneLocked(sf *spillFlow) {
+	if sf.n == 0 && !sf.paging && sf.q.spill[sf.id] == sf {
 		delete(sf.q.spill, sf.id)
 		if len(sf.q.spill) == 0 {
 			sf.q.spill = nil
 		}
 	}
-	e.dispatchLocked(sf.q)
 }
 
 // pageInLocked queues one spilled activity read back from the store.
