@@ -335,28 +335,24 @@ func New(cfg Config) *Engine {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
-	return &Engine{
-		ws:              ws,
-		window:          max(cfg.Window, 2),
-		spillWaiters:    make(map[key][]chan struct{}),
-		leftWhilePaging: make(map[key]struct{}),
-		cl:              cl,
-		claims:          newClaims(),
-		bgCtx:           bgCtx,
-		bgCancel:        bgCancel,
-		st:              cfg.Store,
-		reg:             cfg.Registry,
-		minter:          cfg.Minter,
-		commit:          store.NewCommitter(cfg.Store, cfg.CommitterOptions),
-		defaults:        cfg.Defaults,
-		maxPayload:      cfg.MaxPayload,
-		log:             cfg.Log,
-		clock:           cfg.Clock,
-		obs:             cfg.Observer,
-		tracer:          cfg.Tracer,
-		maxPending:      cfg.MaxPendingPerNamespace,
-		maxRunning:      cfg.MaxInFlightPerNamespace,
-		pending:         make(map[string]int),
+	e := &Engine{
+		cl:         cl,
+		claims:     newClaims(),
+		bgCtx:      bgCtx,
+		bgCancel:   bgCancel,
+		st:         cfg.Store,
+		reg:        cfg.Registry,
+		minter:     cfg.Minter,
+		commit:     store.NewCommitter(cfg.Store, cfg.CommitterOptions),
+		defaults:   cfg.Defaults,
+		maxPayload: cfg.MaxPayload,
+		log:        cfg.Log,
+		clock:      cfg.Clock,
+		obs:        cfg.Observer,
+		tracer:     cfg.Tracer,
+		maxPending: cfg.MaxPendingPerNamespace,
+		maxRunning: cfg.MaxInFlightPerNamespace,
+		pending:    make(map[string]int),
 
 		maxPendingBytes: cfg.MaxPendingBytesPerNamespace,
 		maxListBytes:    cfg.MaxListBytes,
@@ -381,6 +377,10 @@ func New(cfg Config) *Engine {
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}
+	e.ws, e.window = ws, max(cfg.Window, 2)
+	e.spillWaiters = make(map[key][]chan struct{})
+	e.leftWhilePaging = make(map[key]struct{})
+	return e
 }
 
 // Stop ends the engine's goroutines and the committer after every queued
