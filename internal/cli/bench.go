@@ -193,6 +193,71 @@ target server's own settings apply.`,
 	f.DurationVar(&o.Retention, "retention", 0, "create the namespace and set its retention before the load (0 leaves it as it is)")
 	f.DurationVar(&o.ReapInterval, "reap-interval", 0, "reaping interval of the in-process servers: 0 for the server default, negative for no reaping")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	cmd.AddCommand(a.benchBacklogCommand())
+	return cmd
+}
+
+func (a *app) benchBacklogCommand() *cobra.Command {
+	o := bench.BacklogOptions{Activities: 1_000_000, Batch: 1000, Concurrency: 4, Payload: 16, Slots: 256}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "backlog",
+		Short: "Measure a server with a large backlog: its memory, and its restart after SIGKILL",
+		Long: `backlog starts "aion server" (this executable, or --server-binary to
+compare builds) on a SQLite file in a temporary directory (or --data-dir),
+schedules --activities activities with no worker connected, reads the server's resident memory (VmRSS, and its peak
+VmHWM) from /proc, kills it with SIGKILL and starts it again over the same
+file. It reports the time from that start to /readyz answering 200, the
+restarted server's memory, and the time from a worker's connect call to its
+first task. With --drain that worker (of --slots slots) then completes every
+activity, and the run fails unless each ran exactly once.
+
+Linux only (it reads /proc).`,
+		Example: `  aion bench backlog --activities 1000000
+  aion bench backlog --activities 200000 --drain --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("find the aion executable: %w", err)
+				}
+				o.Binary = exe
+			}
+			if !asJSON {
+				o.Progress = os.Stderr
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := bench.RunBacklog(ctx, o)
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(rep); jerr != nil {
+					return jerr
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "waiting:           %d activities, scheduled in %.1f s\n", rep.Activities, rep.FillSeconds)
+				fmt.Fprintf(a.stdout, "server memory:     %.0f MiB resident (peak %.0f MiB)\n", rep.RSSMiB, rep.PeakRSSMiB)
+				fmt.Fprintf(a.stdout, "restart:           ready %.2f s after start following SIGKILL, %.0f MiB resident\n", rep.ReadySeconds, rep.RestartRSSMiB)
+				fmt.Fprintf(a.stdout, "first task:        %.3f s after a worker's connect call\n", rep.FirstTaskSeconds)
+				if o.Drain {
+					fmt.Fprintf(a.stdout, "drain:             %d distinct activities ran in %.1f s, %d more than once\n", rep.Drained, rep.DrainSeconds, rep.Duplicates)
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Activities, "activities", o.Activities, "activities to leave waiting")
+	f.IntVar(&o.Batch, "batch", o.Batch, "activities per ScheduleBatch call (at most 1000)")
+	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "ScheduleBatch calls in flight at once")
+	f.IntVar(&o.Payload, "payload", o.Payload, "input size of each activity in bytes")
+	f.IntVar(&o.Slots, "slots", o.Slots, "slots of the worker that connects after the restart")
+	f.BoolVar(&o.Drain, "drain", false, "after the restart, run every activity and check each ran exactly once")
+	f.StringVar(&o.DataDir, "data-dir", "", "directory for the server's SQLite file (default: a temporary one, removed after)")
+	f.StringVar(&o.Binary, "server-binary", "", "aion executable to run as the server, to compare builds (default: this one)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
 	return cmd
 }
 

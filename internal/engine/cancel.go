@@ -44,6 +44,21 @@ func (e *Engine) Cancel(ctx context.Context, caller namespace.Identity, ns, id, 
 		e.mu.Lock()
 		a = e.open[k]
 	}
+	if a == nil && e.ws != nil {
+		// Not in memory: it waits in the store, or is closed.
+		e.mu.Unlock()
+		if reason == "" {
+			reason = "canceled by request"
+		}
+		handled, err := e.cancelSpilled(ctx, k, reason)
+		if err != nil {
+			return View{}, err
+		}
+		if handled {
+			return e.canceledView(ctx, ns, id)
+		}
+		return e.Cancel(ctx, caller, ns, id, reason) // paged in meanwhile
+	}
 	if a == nil && e.cl != nil {
 		e.mu.Unlock()
 		if reason == "" {

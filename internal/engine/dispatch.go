@@ -90,6 +90,10 @@ type queue struct {
 	liveByLane [store.LowestPriority]int
 	// lim is the flow limit of the queue's activity type, nil for none.
 	lim *flowLimit
+	// spill holds the spill flows with work in the store only, nil for
+	// none; spilled counts that work (see spill.go).
+	spill   map[spillID]*spillFlow
+	spilled int
 }
 
 func newQueue(t registry.Triple, pin string, m registry.Match) *queue {
@@ -160,18 +164,7 @@ func (e *Engine) enqueueLocked(a *activity) {
 // requeueLocked puts a waiting activity in its queue, keeping the time it
 // became ready, and tries to dispatch.
 func (e *Engine) requeueLocked(a *activity) {
-	t := tripleOf(&a.rec)
-	p := e.queues[t]
-	if p == nil {
-		p = &pool{byPin: make(map[string]*queue, 1)}
-		e.queues[t] = p
-	}
-	q := p.byPin[a.rec.Node]
-	if q == nil {
-		q = newQueue(t, a.rec.Node, matchFor(a.rec.Node, e.placementLocked(t.Pool.Namespace)))
-		q.lim = e.activityLimitLocked(t)
-		p.byPin[a.rec.Node] = q
-	}
+	q := e.queueForLocked(&a.rec)
 	a.queued = q
 	q.live++
 	q.liveByLane[laneOf(a.rec.Priority)]++
@@ -180,10 +173,21 @@ func (e *Engine) requeueLocked(a *activity) {
 }
 
 // dispatchLocked hands queued work to free workers until the queue is empty
-// or no eligible worker has a free slot. An emptied queue is deleted, so
-// nothing keyed by caller-chosen names outlives its work.
+// or no eligible worker has a free slot, and reads more from the store when
+// the queue's work there is due. An emptied queue is deleted, so nothing
+// keyed by caller-chosen names outlives its work.
 func (e *Engine) dispatchLocked(q *queue) {
+	e.dispatchQueueLocked(q)
+	if q.spill != nil {
+		e.topUpLocked(q)
+	}
+}
+
+func (e *Engine) dispatchQueueLocked(q *queue) {
 	for l := q.front(); l != nil; l = q.front() {
+		if q.spill != nil && e.awaitsPageLocked(q, l) {
+			return // the page read for it dispatches again
+		}
 		f := l.next() // the fairness key whose turn it is
 		a := f.items[f.head]
 		if a.queued != q {
@@ -214,7 +218,7 @@ func (e *Engine) dispatchLocked(q *queue) {
 		e.unqueueLocked(a)
 		e.startLocked(a, w)
 	}
-	if p := e.queues[q.triple]; p != nil && p.byPin[q.pin] == q {
+	if p := e.queues[q.triple]; p != nil && p.byPin[q.pin] == q && q.spilled == 0 && q.spill == nil {
 		delete(p.byPin, q.pin)
 		if len(p.byPin) == 0 {
 			delete(e.queues, q.triple)

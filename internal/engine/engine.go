@@ -1,5 +1,6 @@
 // Package engine runs the life of every activity: it keeps the open ones in
-// memory, makes each change durable through the store's group committer,
+// memory (alone over SQLite, a window of the waiting ones: see spill.go),
+// makes each change durable through the store's group committer,
 // dispatches ready work to workers chosen by the registry, and drives
 // timeouts, retries and recovery after a restart.
 //
@@ -113,11 +114,17 @@ type Config struct {
 	// means 4 MiB.
 	MaxListBytes int
 	// Cluster, when set, makes the engine one server of a cluster sharing
-	// the store; nil runs it alone, holding all open work in memory.
+	// the store; nil runs it alone, holding open work in memory (a window
+	// of the waiting work over a store.WaitingStore).
 	Cluster *ClusterConfig
 	// Tracer is told of the moments tracing makes spans of; nil (tracing
 	// off) for none.
 	Tracer Tracer
+	// Window is how many ready activities of one fairness key of one
+	// priority of one queue are held in memory, alone over a store that
+	// implements store.WaitingStore; the rest wait in the store. 0 means
+	// DefaultWindow.
+	Window int
 }
 
 // Observer is told about activity lifecycle steps. Its methods run under the
@@ -232,6 +239,24 @@ type Engine struct {
 	heldBudget  int
 	timers      timerHeap
 
+	// ws pages waiting work from the store, nil when all open work is held
+	// in memory (see spill.go); window is Config.Window. spilled counts the
+	// open activities in the store only; spillWaiters are the Waits on
+	// them. sweepAt is when the next sweep of their deadlines is armed
+	// (zero for none); sweeping and sweepAgain track the one running.
+	ws                   store.WaitingStore
+	window               int
+	pageMu               sync.Mutex
+	spilled              int
+	spillWaiters         map[key][]chan struct{}
+	sweepAt              time.Time
+	sweeping, sweepAgain bool
+	// paging is set while a page read is in flight (pageMu lets one at a
+	// time); leftWhilePaging holds the activities that left memory closed
+	// meanwhile, which that page may have read as still waiting.
+	paging          bool
+	leftWhilePaging map[key]struct{}
+
 	// Workflows: open runs by run and by workflow id, runs waiting for a
 	// workflow task per workflow triple, and tasks in flight per worker.
 	runs       map[runKey]*wfRun
@@ -303,7 +328,14 @@ func New(cfg Config) *Engine {
 		cl = &c
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Engine{
+	ws, _ := cfg.Store.(store.WaitingStore)
+	if cl != nil {
+		ws = nil // a cluster keeps its waiting work in the store anyway
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	e := &Engine{
 		cl:         cl,
 		claims:     newClaims(),
 		bgCtx:      bgCtx,
@@ -345,6 +377,10 @@ func New(cfg Config) *Engine {
 		timerWake:       make(chan struct{}, 1),
 		stop:            make(chan struct{}),
 	}
+	e.ws, e.window = ws, max(cfg.Window, 2)
+	e.spillWaiters = make(map[key][]chan struct{})
+	e.leftWhilePaging = make(map[key]struct{})
+	return e
 }
 
 // Stop ends the engine's goroutines and the committer after every queued
@@ -367,6 +403,7 @@ func (e *Engine) Stop(context.Context) error {
 	for _, a := range e.open {
 		a.wakeWaiters()
 	}
+	e.wakeSpillWaitersLocked()
 	e.mu.Unlock()
 	close(e.stop)
 	e.bgCancel()
@@ -429,6 +466,7 @@ func (e *Engine) Backlog() []PoolBacklog {
 		}
 	}
 	e.heldBacklogLocked(byPool, now)
+	e.spilledBacklogLocked(byPool, now)
 	out := make([]PoolBacklog, 0, len(byPool))
 	for _, b := range byPool {
 		out = append(out, *b)
@@ -495,6 +533,9 @@ func (e *Engine) dropOpenLocked(a *activity) {
 		return
 	}
 	delete(e.open, k)
+	if e.paging {
+		e.leftWhilePaging[k] = struct{}{}
+	}
 	if e.pending[k.ns]--; e.pending[k.ns] <= 0 {
 		delete(e.pending, k.ns)
 	}

@@ -88,9 +88,19 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 		}
 		return e.view(ctx, ns, id)
 	}
-	ch, err := e.waiterFor(key{ns, id})
+	ch, spilled, err := e.waiterOrSpilled(key{ns, id})
 	if err != nil {
 		return View{}, fmt.Errorf("wait for activity %q in namespace %q: %w", id, ns, err)
+	}
+	if spilled {
+		// Not in memory: waiting in the store, closed, or unknown. The
+		// waiter is in place before the store is read, so a close after
+		// the read wakes it.
+		rec, err := e.st.GetActivity(ctx, ns, id)
+		if err != nil || rec.State.Terminal() {
+			e.dropWaiter(key{ns, id}, ch)
+			ch = nil
+		}
 	}
 	if ch != nil {
 		if err := e.await(ctx, key{ns, id}, ch); err != nil {
@@ -110,15 +120,31 @@ func (e *Engine) Wait(ctx context.Context, caller namespace.Identity, ns, id str
 // waiterFor registers a waiter on activity k when this server holds it (nil
 // when it does not), or fails once the server is stopping.
 func (e *Engine) waiterFor(k key) (chan struct{}, error) {
+	ch, _, err := e.waiterOrSpilled(k)
+	return ch, err
+}
+
+// waiterOrSpilled is waiterFor that also waits for work in the store:
+// spilled is set when k is not in memory but may wait in the store, and the
+// waiter is then kept for it.
+func (e *Engine) waiterOrSpilled(k key) (ch chan struct{}, spilled bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.waitsReleased {
-		return nil, fmt.Errorf("server stopping: %w", ErrClosed)
+		return nil, false, fmt.Errorf("server stopping: %w", ErrClosed)
 	}
-	if a := e.open[k]; a != nil && !e.closed {
-		return a.addWaiter(), nil
+	if e.closed {
+		return nil, false, nil
 	}
-	return nil, nil
+	if a := e.open[k]; a != nil {
+		return a.addWaiter(), false, nil
+	}
+	if e.ws != nil {
+		ch := make(chan struct{})
+		e.spillWaiters[k] = append(e.spillWaiters[k], ch)
+		return ch, true, nil
+	}
+	return nil, false, nil
 }
 
 // ReleaseWaiters ends every Wait in progress, and every later one, with
@@ -131,6 +157,7 @@ func (e *Engine) ReleaseWaiters() {
 	for _, a := range e.open {
 		a.wakeWaiters()
 	}
+	e.wakeSpillWaitersLocked()
 }
 
 func (e *Engine) dropWaiter(k key, ch chan struct{}) {
@@ -142,6 +169,19 @@ func (e *Engine) dropWaiter(k key, ch chan struct{}) {
 				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
 				break
 			}
+		}
+	}
+	if ws := e.spillWaiters[k]; len(ws) > 0 {
+		for i, w := range ws {
+			if w == ch {
+				ws = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(ws) == 0 {
+			delete(e.spillWaiters, k)
+		} else {
+			e.spillWaiters[k] = ws
 		}
 	}
 }

@@ -46,6 +46,13 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 		e.NewWork(nil)
 		return 0, nil
 	}
+	if e.ws != nil {
+		n, err := e.recoverWaiting(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return e.recoverRest(ctx, n)
+	}
 	open, err := e.st.OpenActivities(ctx, inlinePayload)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
@@ -80,6 +87,12 @@ func (e *Engine) recover(ctx context.Context) (int, error) {
 	}
 	n := len(e.open)
 	e.mu.Unlock()
+	return e.recoverRest(ctx, n)
+}
+
+// recoverRest reads the open runs back and starts the timers; n is the
+// open activities recovered.
+func (e *Engine) recoverRest(ctx context.Context, n int) (int, error) {
 	runs, err := e.recoverRuns(ctx)
 	if err != nil {
 		return 0, err

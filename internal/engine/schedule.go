@@ -178,6 +178,10 @@ func (e *Engine) reserve(s *slot) {
 			s.res.Activity = a.rec
 			e.obs.Scheduled(k.ns)
 			now := e.now()
+			if e.spillsLocked(a, now) {
+				e.spillLocked(a, now)
+				return
+			}
 			if t := a.rec.Timeouts.ScheduleToClose; t > 0 && e.cl == nil {
 				e.armLocked(a.rec.ScheduledAt.Add(t), k, 0, timerScheduleToClose)
 			}

@@ -39,6 +39,10 @@ type bench struct {
 	eng  *Engine
 	// tracer, set before start, is the engine's Config.Tracer.
 	tracer Tracer
+	// window, set before start, is the engine's Config.Window;
+	// maxPendingBytes its Config.MaxPendingBytesPerNamespace.
+	window          int
+	maxPendingBytes int64
 }
 
 // setup starts an engine on a new SQLite file; the test ends it.
@@ -62,7 +66,8 @@ func (b *bench) start() {
 	b.st = st
 	b.reg = registry.New(registry.Options{})
 	b.eng = New(Config{Store: st, Registry: b.reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
-		Defaults: DefaultDefaults(), Clock: b.clk, Tracer: b.tracer})
+		Defaults: DefaultDefaults(), Clock: b.clk, Tracer: b.tracer, Window: b.window,
+		MaxPendingBytesPerNamespace: b.maxPendingBytes})
 	if err := b.eng.Start(ctx); err != nil {
 		b.t.Fatalf("recover: %v", err)
 	}

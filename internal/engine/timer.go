@@ -23,6 +23,8 @@ const (
 	timerWorkflowTask                     // a workflow task was not answered in time
 	timerWorkflowRetry                    // a failed workflow task may be tried again
 	timerRate                             // a flow limit's bucket holds a token again
+	timerPage                             // a spill flow may read from the store again (alone)
+	timerSweep                            // deadlines of work waiting in the store may have passed (alone)
 )
 
 // timer is one deadline. Timers are never removed early: when one fires, it
@@ -40,6 +42,8 @@ type timer struct {
 	step int64
 	// rate is the bucket of a timerRate.
 	rate *rateGroup
+	// page is the spill flow of a timerPage.
+	page *spillFlow
 }
 
 type timerHeap []timer
@@ -97,8 +101,10 @@ func (e *Engine) compactTimersLocked() {
 // at the attempt the timer was armed for.
 func (e *Engine) timerLiveLocked(tm timer) bool {
 	switch tm.kind {
-	case timerAnnounce, timerClaim, timerRate:
+	case timerAnnounce, timerClaim, timerRate, timerSweep:
 		return true
+	case timerPage:
+		return tm.page.q.spill[tm.page.id] == tm.page
 	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
 		return e.runTimerLiveLocked(tm)
 	}
@@ -189,6 +195,12 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 		return
 	case timerRate:
 		e.refillLocked(tm.rate, now)
+		return
+	case timerPage:
+		e.firePageLocked(tm.page, now)
+		return
+	case timerSweep:
+		e.fireSweepLocked(now)
 		return
 	}
 	a := e.open[tm.k]

@@ -53,8 +53,9 @@ type WaitingView struct {
 
 // Waiting reports the namespace's ready work grouped by task queue, type,
 // priority and fairness key (with what a flow limit holds apart), the
-// largest groups first. Alone it reads the queues (every waiting item once,
-// under the engine lock); in a cluster, the store.
+// largest groups first. Alone it reads the queues (every waiting item held
+// in memory once, under the engine lock, and the counts of those waiting in
+// the store); in a cluster, the store.
 func (e *Engine) Waiting(ctx context.Context, caller namespace.Identity, ns string) (WaitingView, error) {
 	if err := name.Check("namespace", ns, name.MaxName); err != nil {
 		return WaitingView{}, fmt.Errorf("waiting: %w: %w", err, ErrInvalid)
@@ -104,14 +105,17 @@ type groupKey struct {
 // tally counts waiting items into groups.
 type tally map[groupKey]*WaitingGroup
 
-func (t tally) add(k groupKey, ready time.Time) {
+func (t tally) add(k groupKey, ready time.Time) { t.addN(k, 1, ready) }
+
+// addN counts n items, the oldest of them ready at ready.
+func (t tally) addN(k groupKey, n int, ready time.Time) {
 	g := t[k]
 	if g == nil {
 		g = &WaitingGroup{TaskQueue: k.tq, Kind: k.kind, Type: k.typ, Priority: k.priority, FairnessKey: k.fairness,
 			HeldBy: k.heldBy, ConcurrencyKey: k.conc}
 		t[k] = g
 	}
-	g.Count++
+	g.Count += n
 	if g.OldestReady.IsZero() || ready.Before(g.OldestReady) {
 		g.OldestReady = ready
 	}
@@ -147,6 +151,12 @@ func (e *Engine) waitingLocked(ns string) []WaitingGroup {
 				count(&l.def)
 				for _, f := range l.keyed {
 					count(f)
+				}
+			}
+			for _, sf := range q.spill {
+				if sf.n > 0 {
+					t.addN(groupKey{tq: tr.Pool.TaskQueue, kind: WaitingActivities, typ: tr.ActivityType,
+						priority: sf.id.lane + store.HighestPriority, fairness: sf.id.key}, sf.n, sf.oldest)
 				}
 			}
 		}

@@ -111,6 +111,16 @@ func (e *Engine) Why(ctx context.Context, caller namespace.Identity, ns, id stri
 	case rec.ReadyAt.After(now):
 		return delayed(rec, now), nil
 	}
+	if e.cl == nil {
+		// Alone, it waits in the store behind its flow's window.
+		e.mu.Lock()
+		ex := e.explainLocked(&activity{rec: rec, readyAt: rec.ReadyAt})
+		e.mu.Unlock()
+		if ex.Reason == WhySlotsBusy || ex.Reason == WhyInFlightCap {
+			ex.Message += "; it waits in the store behind the activities held in memory"
+		}
+		return ex, nil
+	}
 	if ex, ok, err := e.explainLimitInStore(ctx, rec, now); err != nil {
 		return Explanation{}, fmt.Errorf("why: %w", err)
 	} else if ok {

@@ -232,7 +232,9 @@ func (s *Store) ListActivities(ctx context.Context, f store.ActivityFilter) ([]s
 	return s.queryActivities(ctx, "list activities", f.MaxBytes, q.String(), args...)
 }
 
-// OpenActivities implements store.ActivityStore.
+// OpenActivities implements store.ActivityStore. The engine reads waiting
+// work through store.WaitingStore instead, so no index serves this read:
+// it scans the table.
 func (s *Store) OpenActivities(ctx context.Context, inline int) ([]store.Activity, error) {
 	return s.queryActivities(ctx, "load open activities", 0,
 		`SELECT `+store.ActivityColumnsInline(inline)+` FROM activities WHERE state IN ('scheduled', 'running') ORDER BY seq`)

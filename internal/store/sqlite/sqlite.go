@@ -576,6 +576,7 @@ var migrations = []string{
 	CREATE INDEX activities_closed ON activities (namespace, closed_at)
 		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
 	CREATE INDEX runs_closed ON runs (namespace, closed_at) WHERE status <> 'running'`,
+	waitingMigration,
 }
 
 // migrate brings the schema up to date and gives the database its identity

@@ -57,3 +57,10 @@ func TestRecordsSurviveReopen(t *testing.T) {
 		t.Fatalf("after reopen: got %+v", ns)
 	}
 }
+
+func TestWaitingConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunWaiting(t, func(t *testing.T) store.Store {
+		return open(t, filepath.Join(t.TempDir(), "aion.db"))
+	})
+}
