@@ -41,8 +41,8 @@ func (s *Store) prepare(ctx context.Context) error {
 	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
 		scheduled_at, started_at, ready_at, closed_at, priority,
-		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -51,7 +51,8 @@ func (s *Store) prepare(ctx context.Context) error {
 			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure`)
 	s.stmts.endActivity = prep(`UPDATE activities SET state = ?, attempt = max(attempt, ?),
 		started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END,
-		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?
+		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?,
+		wait_deadline = CASE WHEN ? = 'scheduled' THEN ` + waitDeadlineSQL("?") + ` ELSE wait_deadline END
 		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
 	s.stmts.bump = prep(bumpSQL)
 	s.stmts.insertRun = prep(insertRunSQL)
@@ -100,14 +101,16 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				failureJSON(a.Failure), a.HeartbeatDetails,
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
 				store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
-				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State)
+				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State,
+				waitDeadline(&a))
 		case store.EndAttempt:
 			number := 0
 			if w.Attempt != nil {
 				number = w.Attempt.Number
 			}
 			res, err = endActivity.ExecContext(ctx, string(w.State), number, store.UnixNanos(w.StartedAt), w.Result,
-				failureJSON(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt), w.Namespace, w.ID)
+				failureJSON(w.ActivityFailure), w.HeartbeatDetails, store.UnixNanos(w.ReadyAt), store.UnixNanos(w.ClosedAt),
+				string(w.State), store.UnixNanos(w.ReadyAt), w.Namespace, w.ID)
 			if err == nil && w.Attempt != nil {
 				if n, _ := res.RowsAffected(); n == 1 {
 					at := w.Attempt

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -12,22 +13,83 @@ import (
 
 var _ store.WaitingStore = (*Store)(nil)
 
-// waitingDeadlineSQL is store.WaitingDeadline in SQL, with no deadline read
-// as the largest integer; activities_waiting_deadline indexes this very
-// expression, so queries must spell it the same way to use the index.
-const waitingDeadlineSQL = `min(
+// noWaitDeadline is the wait_deadline of work that may wait for ever.
+const noWaitDeadline = math.MaxInt64
+
+// waitDeadlineSQL is store.WaitingDeadline in SQL over a row's timeouts and
+// scheduled_at, with its ready time given by readyAt (a column or a
+// parameter), and no deadline read as noWaitDeadline. Only a migration and
+// a retry's update evaluate it: the deadline is kept in its own column,
+// wait_deadline, so a commit's index upkeep parses no JSON.
+func waitDeadlineSQL(readyAt string) string {
+	return `min(
 	CASE WHEN json_extract(timeouts, '$.schedule_to_close') > 0
 		THEN scheduled_at + json_extract(timeouts, '$.schedule_to_close') ELSE 9223372036854775807 END,
 	CASE WHEN json_extract(timeouts, '$.schedule_to_start') > 0
-		THEN ready_at + json_extract(timeouts, '$.schedule_to_start') ELSE 9223372036854775807 END)`
+		THEN ` + readyAt + ` + json_extract(timeouts, '$.schedule_to_start') ELSE 9223372036854775807 END)`
+}
 
-// waitingMigration adds the indexes a server running alone pages its
-// waiting work and finds its deadlines by, and drops activities_open,
-// which only the load of every open activity at a start used.
-const waitingMigration = `DROP INDEX activities_open;
+// waitDeadline is a's wait_deadline.
+func waitDeadline(a *store.Activity) int64 {
+	if d := store.WaitingDeadline(a); !d.IsZero() {
+		return d.UnixNano()
+	}
+	return noWaitDeadline
+}
+
+// waitingMigration gives activities the indexes a server running alone
+// pages its waiting work and finds its deadlines by, and drops
+// activities_open, which only the load of every open activity at a start
+// used. The table is rebuilt so that wait_deadline sits before the bulky
+// columns (a column added by ALTER TABLE would land after the payload).
+var waitingMigration = `CREATE TABLE activities_next (
+		seq             INTEGER PRIMARY KEY,
+		namespace       TEXT NOT NULL,
+		id              TEXT NOT NULL,
+		task_queue      TEXT NOT NULL,
+		activity_type   TEXT NOT NULL,
+		node            TEXT NOT NULL,
+		fingerprint     TEXT NOT NULL,
+		timeouts        TEXT NOT NULL,
+		retry           TEXT NOT NULL,
+		state           TEXT NOT NULL,
+		attempt         INTEGER NOT NULL,
+		scheduled_at    INTEGER NOT NULL,
+		started_at      INTEGER NOT NULL,
+		ready_at        INTEGER NOT NULL,
+		closed_at       INTEGER NOT NULL,
+		priority        INTEGER NOT NULL DEFAULT 3,
+		fairness_key    TEXT NOT NULL DEFAULT '',
+		fairness_weight INTEGER NOT NULL DEFAULT 1,
+		concurrency_key TEXT NOT NULL DEFAULT '',
+		schedule_id     TEXT NOT NULL DEFAULT '',
+		schedule_time   INTEGER NOT NULL DEFAULT 0,
+		traceparent     TEXT NOT NULL DEFAULT '',
+		tracestate      TEXT NOT NULL DEFAULT '',
+		wait_deadline   INTEGER NOT NULL DEFAULT 9223372036854775807,
+		failure         TEXT,
+		heartbeat       BLOB,
+		result          BLOB,
+		payload         BLOB,
+		UNIQUE (namespace, id)
+	) STRICT;
+	INSERT INTO activities_next (seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, fairness_key, fairness_weight,
+		concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, failure, heartbeat, result, payload)
+		SELECT seq, namespace, id, task_queue, activity_type, node, fingerprint, timeouts, retry,
+		state, attempt, scheduled_at, started_at, ready_at, closed_at, priority, fairness_key, fairness_weight,
+		concurrency_key, schedule_id, schedule_time, traceparent, tracestate,
+		CASE WHEN state = 'scheduled' THEN ` + waitDeadlineSQL("ready_at") + ` ELSE 9223372036854775807 END,
+		failure, heartbeat, result, payload
+		FROM activities ORDER BY seq;
+	DROP TABLE activities;
+	ALTER TABLE activities_next RENAME TO activities;
+	CREATE INDEX activities_by_state ON activities (namespace, state, seq);
+	CREATE INDEX activities_closed ON activities (namespace, closed_at)
+		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
 	CREATE INDEX activities_waiting ON activities
 		(namespace, task_queue, activity_type, node, priority, fairness_key, ready_at, seq) WHERE state = 'scheduled';
-	CREATE INDEX activities_waiting_deadline ON activities (` + waitingDeadlineSQL + `, seq) WHERE state = 'scheduled'`
+	CREATE INDEX activities_waiting_deadline ON activities (wait_deadline, seq) WHERE state = 'scheduled'`
 
 // CountWaiting implements store.WaitingStore. The lanes are found by one
 // index seek each, then each lane is counted on its own: a bare count(*)
@@ -148,16 +210,16 @@ func (s *Store) ExpiredWaiting(ctx context.Context, now time.Time, after store.W
 	return s.queryActivities(ctx, "find expired waiting activities", 0, `SELECT `+
 		store.ActivityColumnsWithoutPayloads(`json_remove(failure, '$.details')`)+`
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND `+waitingDeadlineSQL+` <= ? AND (`+waitingDeadlineSQL+`, seq) > (?, ?)
-		ORDER BY `+waitingDeadlineSQL+`, seq LIMIT ?`, store.UnixNanos(now), at, after.Seq, limit)
+		WHERE state = 'scheduled' AND wait_deadline <= ? AND (wait_deadline, seq) > (?, ?)
+		ORDER BY wait_deadline, seq LIMIT ?`, store.UnixNanos(now), at, after.Seq, limit)
 }
 
 // NextWaitingDeadline implements store.WaitingStore.
 func (s *Store) NextWaitingDeadline(ctx context.Context, now time.Time) (time.Time, bool, error) {
 	var next sql.NullInt64
-	if err := s.reader.QueryRowContext(ctx, `SELECT min(`+waitingDeadlineSQL+`)
+	if err := s.reader.QueryRowContext(ctx, `SELECT min(wait_deadline)
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND `+waitingDeadlineSQL+` > ? AND `+waitingDeadlineSQL+` < 9223372036854775807`,
+		WHERE state = 'scheduled' AND wait_deadline > ? AND wait_deadline < 9223372036854775807`,
 		store.UnixNanos(now)).Scan(&next); err != nil {
 		return time.Time{}, false, fmt.Errorf("find the next waiting deadline: %w", err)
 	}

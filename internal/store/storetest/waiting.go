@@ -188,6 +188,31 @@ func RunWaiting(t *testing.T, open Opener) {
 		}
 	})
 
+	t.Run("ARetryMovesTheScheduleToStartDeadline", func(t *testing.T) {
+		t.Parallel()
+		s, ws := waiting(t)
+		retried := act("retried", 3, "", 0)
+		retried.Timeouts = store.Timeouts{ScheduleToStart: 5 * time.Second, ScheduleToClose: time.Hour} // at +5s
+		insert(t, s, retried)
+		// The first attempt fails at +3s; the retry is ready at +100s, so
+		// it may wait until +105s.
+		if got := apply(t, s, store.EndAttempt{Namespace: "ns", ID: "retried", State: store.StateScheduled,
+			Attempt:   &store.Attempt{Number: 1, StartedAt: epoch.Add(time.Second), EndedAt: epoch.Add(3 * time.Second), Outcome: store.OutcomeFailed},
+			StartedAt: epoch.Add(time.Second), ReadyAt: epoch.Add(100 * time.Second)}); !got[0] {
+			t.Fatal("the retry changed nothing")
+		}
+		if got, err := ws.ExpiredWaiting(ctx, epoch.Add(30*time.Second), store.WaitingCursor{}, 10); err != nil || len(got) != 0 {
+			t.Fatalf("expired at +30s after the retry: %q %v, want none", ids(got), err)
+		}
+		if next, ok, err := ws.NextWaitingDeadline(ctx, epoch.Add(30*time.Second)); err != nil || !ok || !next.Equal(epoch.Add(105*time.Second)) {
+			t.Fatalf("next deadline after the retry: %v %v %v, want epoch+105s", next, ok, err)
+		}
+		closeAct(t, s, "retried")
+		if _, ok, err := ws.NextWaitingDeadline(ctx, epoch); err != nil || ok {
+			t.Fatalf("next deadline once closed: %v %v, want none", ok, err)
+		}
+	})
+
 	t.Run("OpenStepActivitiesReadsTheStepsOfOpenRuns", func(t *testing.T) {
 		t.Parallel()
 		s, ws := waiting(t)
