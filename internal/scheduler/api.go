@@ -467,7 +467,15 @@ func (s *Scheduler) Trigger(ctx context.Context, caller namespace.Identity, ns, 
 	if err != nil {
 		return View{}, err
 	}
-	s.carryOutPending(ctx, trig, rec)
+	// A fire the loop is carrying out meanwhile is waited for, so the
+	// answer shows what the trigger did.
+	for _, ch := range s.carryOutPending(ctx, trig, rec) {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return View{}, fmt.Errorf("trigger schedule: %w", ctx.Err())
+		}
+	}
 	sc, err := s.read(ctx, ns, id)
 	if err != nil {
 		return View{}, fmt.Errorf("trigger schedule: %w", err)

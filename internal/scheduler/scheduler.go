@@ -165,8 +165,9 @@ type Scheduler struct {
 	done   chan struct{}
 	events func(Event)
 	// carrying holds the action ids of the fires this process is carrying
-	// out, so the loop and a Trigger's own call never start one twice.
-	carrying map[string]bool
+	// out, so the loop and a Trigger's own call never start one twice; each
+	// channel closes once its fire's outcome is recorded.
+	carrying map[string]chan struct{}
 	// onPass, for tests, is called as each pass of the loop begins
 	// (begin true) and ends.
 	onPass func(begin bool)
@@ -175,7 +176,7 @@ type Scheduler struct {
 // New returns a scheduler; nothing runs until Start.
 func New(cfg Config) *Scheduler {
 	s := &Scheduler{st: cfg.Store, eng: cfg.Engine, ns: cfg.Namespaces, clk: cfg.Clock, log: cfg.Log, obs: cfg.Observer,
-		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1), carrying: make(map[string]bool),
+		maxIn: cfg.MaxPayload, wake: make(chan struct{}, 1), carrying: make(map[string]chan struct{}),
 		events: cfg.Events}
 	if s.clk == nil {
 		s.clk = clock.Real()
@@ -492,22 +493,33 @@ type outcome struct {
 }
 
 // carryOutPending carries out the schedule's pending fires that are this
-// scheduler's, then records their outcomes.
-func (s *Scheduler) carryOutPending(ctx context.Context, trig *schedule.Trigger, sc store.Schedule) {
+// scheduler's, then records their outcomes. It returns, for the fires of
+// this scheduler that another call of this process is carrying out, a
+// channel each that closes once that call has recorded its outcome.
+func (s *Scheduler) carryOutPending(ctx context.Context, trig *schedule.Trigger, sc store.Schedule) (others []<-chan struct{}) {
 	now := s.clk.Now()
 	var mine []store.PendingFire
+	var done []chan struct{}
 	s.mu.Lock()
 	for _, f := range sc.State.Pending {
-		if s.mine(f, now) && !s.carrying[f.ActionID] {
-			s.carrying[f.ActionID] = true
-			mine = append(mine, f)
+		if !s.mine(f, now) {
+			continue
 		}
+		if ch, ok := s.carrying[f.ActionID]; ok {
+			others = append(others, ch)
+			continue
+		}
+		ch := make(chan struct{})
+		s.carrying[f.ActionID] = ch
+		mine = append(mine, f)
+		done = append(done, ch)
 	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		for _, f := range mine {
+		for i, f := range mine {
 			delete(s.carrying, f.ActionID)
+			close(done[i])
 		}
 		s.mu.Unlock()
 	}()
@@ -522,6 +534,7 @@ func (s *Scheduler) carryOutPending(ctx context.Context, trig *schedule.Trigger,
 	if len(outs) > 0 {
 		s.settle(ctx, trig, sc, outs)
 	}
+	return others
 }
 
 // carryOut starts the action of one fire, canceling the actions it
