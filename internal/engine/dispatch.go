@@ -94,6 +94,10 @@ type queue struct {
 	// none; spilled counts that work (see spill.go).
 	spill   map[spillID]*spillFlow
 	spilled int
+	// inserting counts, per spill flow, the activities being inserted
+	// that will be held in memory, so a flow's window counts them before
+	// they are durable (see spillsLocked).
+	inserting map[spillID]int
 }
 
 func newQueue(t registry.Triple, pin string, m registry.Match) *queue {

@@ -148,11 +148,19 @@ func (e *Engine) reserve(s *slot) {
 		e.claims.scheduledBytes[k.ns] += int64(size)
 	}
 	a := &activity{rec: s.rec, creating: make(chan struct{}), size: size}
+	spill := e.spillsLocked(a, e.now())
+	inWindow := !spill && e.ws != nil && !a.rec.ReadyAt.After(e.now())
+	if inWindow {
+		e.insertingLocked(&a.rec, 1)
+	}
 	e.addOpenLocked(a)
-	e.commit.Submit(store.InsertActivity{Activity: s.rec}, func(created bool, err error) {
+	e.commit.Submit(store.InsertActivity{Activity: s.rec, Spilled: spill}, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		defer close(s.done)
+		if inWindow {
+			e.insertingLocked(&a.rec, -1)
+		}
 		creating := a.creating
 		a.creating = nil
 		defer close(creating)
@@ -178,7 +186,7 @@ func (e *Engine) reserve(s *slot) {
 			s.res.Activity = a.rec
 			e.obs.Scheduled(k.ns)
 			now := e.now()
-			if e.spillsLocked(a, now) {
+			if spill {
 				e.spillLocked(a, now)
 				return
 			}

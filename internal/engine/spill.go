@@ -104,8 +104,10 @@ func (e *Engine) spillFlowLocked(q *queue, r *store.Activity) *spillFlow {
 	return sf
 }
 
-// spillsLocked reports whether a newly durable activity, ready now, should
-// wait in the store rather than in memory.
+// spillsLocked reports whether a new activity, ready now, should wait in
+// the store rather than in memory. It is decided before the insert, which
+// records it: only spilled activities enter the store's waiting indexes. A
+// flow's window may so run over by the inserts in flight.
 func (e *Engine) spillsLocked(a *activity, now time.Time) bool {
 	if e.ws == nil || a.step != nil || a.rec.ReadyAt.After(now) {
 		return false
@@ -115,7 +117,24 @@ func (e *Engine) spillsLocked(a *activity, now time.Time) bool {
 		return true // behind work already in the store: FIFO within the flow
 	}
 	id := spillID{laneOf(a.rec.Priority), a.rec.Flow.FairnessKey}
-	return (&spillFlow{q: q, id: id}).heldLocked() >= e.window
+	return (&spillFlow{q: q, id: id}).heldLocked()+q.inserting[id] >= e.window
+}
+
+// insertingLocked counts a ready activity to be held, whose insert is in
+// flight, into its flow's window (by +1), or takes it out (by -1) once the
+// insert is done.
+func (e *Engine) insertingLocked(r *store.Activity, by int) {
+	q := e.queueForLocked(r)
+	id := spillID{laneOf(r.Priority), r.Flow.FairnessKey}
+	if q.inserting == nil {
+		if by < 0 {
+			return // the queue was dropped and made again meanwhile
+		}
+		q.inserting = make(map[spillID]int)
+	}
+	if q.inserting[id] += by; q.inserting[id] <= 0 {
+		delete(q.inserting, id)
+	}
 }
 
 // spillLocked takes a newly durable, ready activity out of memory: it stays
@@ -490,15 +509,15 @@ func (e *Engine) cancelSpilled(ctx context.Context, k key, reason string) (handl
 	}
 }
 
-// recoverWaiting counts the waiting work per spill flow, loads the open
-// steps of open runs into memory and starts paging the rest; it returns how
-// many activities are open.
+// recoverWaiting counts the spilled work per spill flow, loads what the
+// server held in memory (a window per flow, delayed starts, workflow steps)
+// and starts paging the rest; it returns how many activities are open.
 func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
 	counts, err := e.ws.CountWaiting(ctx, false)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
-	steps, err := e.ws.OpenStepActivities(ctx, inlinePayload)
+	held, err := e.ws.HeldActivities(ctx, inlinePayload)
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
@@ -521,14 +540,12 @@ func (e *Engine) recoverWaiting(ctx context.Context) (int, error) {
 		e.pending[c.Namespace] += c.Count
 		n += c.Count
 	}
-	for _, rec := range steps {
-		if rec.State != store.StateScheduled {
-			n++ // running in the store: not counted above
-			e.pending[rec.Namespace]++
-			e.pendingBytes[rec.Namespace] += int64(rec.PayloadSize)
-		} else {
-			e.forgetSpilledLocked(&rec)
-		}
+	for _, rec := range held {
+		// What the server held in memory is not counted above: it is
+		// loaded whole, as without a waiting store.
+		n++
+		e.pending[rec.Namespace]++
+		e.pendingBytes[rec.Namespace] += int64(rec.PayloadSize)
 		// Starts are not written, so an attempt cut short by the stop
 		// left the activity scheduled: it simply runs again.
 		rec.State = store.StateScheduled

@@ -186,7 +186,13 @@ type Write interface{ write() }
 
 // InsertActivity records a new activity. If one with the same namespace and
 // id exists, nothing changes and Apply reports false for this write.
-type InsertActivity struct{ Activity Activity }
+type InsertActivity struct {
+	Activity Activity
+	// Spilled says the server holds the activity in the store only, not
+	// in memory: a WaitingStore pages and sweeps only such activities, and
+	// returns the others whole from HeldActivities at a start.
+	Spilled bool
+}
 
 // EndAttempt records one finished attempt together with the activity's new
 // state: terminal, or scheduled again for a retry at ReadyAt. A nil Attempt

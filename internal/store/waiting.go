@@ -79,6 +79,8 @@ func WaitingDeadline(a *Activity) time.Time {
 // that offers it implements it beside Store; the engine holds all open
 // work in memory over a store that does not.
 type WaitingStore interface {
+	// The scheduled activities below are those inserted with Spilled.
+	//
 	// CountWaiting counts the scheduled activities of every lane that has
 	// any; withBytes sums their payload lengths too, which costs a read of
 	// every row.
@@ -100,8 +102,9 @@ type WaitingStore interface {
 	// NextWaitingDeadline is the earliest WaitingDeadline after now of any
 	// scheduled activity; ok is false when none has one.
 	NextWaitingDeadline(ctx context.Context, now time.Time) (at time.Time, ok bool, err error)
-	// OpenStepActivities returns the activities not in a terminal state
-	// whose id names a step of an open workflow run (the run id, "-", the
-	// step number), oldest first; payloads as for OpenActivities.
-	OpenStepActivities(ctx context.Context, inline int) ([]Activity, error)
+	// HeldActivities returns the open activities inserted without
+	// Spilled (the work the server held in memory: a window of each lane,
+	// delayed starts, workflow steps), oldest first; payloads as for
+	// OpenActivities.
+	HeldActivities(ctx context.Context, inline int) ([]Activity, error)
 }

@@ -38,10 +38,13 @@ func waitDeadline(a *store.Activity) int64 {
 }
 
 // waitingMigration gives activities the indexes a server running alone
-// pages its waiting work and finds its deadlines by, and drops
-// activities_open, which only the load of every open activity at a start
-// used. The table is rebuilt so that wait_deadline sits before the bulky
-// columns (a column added by ALTER TABLE would land after the payload).
+// pages its spilled work and finds its deadlines by: only spilled
+// activities (inserted with InsertActivity.Spilled) enter them, so work the
+// server holds in memory costs its commits one small index, activities_held,
+// as activities_open (dropped) did. Activities already open stay held: the
+// first start after the upgrade loads them whole, as before. The table is
+// rebuilt so that the new columns sit before the bulky ones (a column added
+// by ALTER TABLE would land after the payload).
 var waitingMigration = `CREATE TABLE activities_next (
 		seq             INTEGER PRIMARY KEY,
 		namespace       TEXT NOT NULL,
@@ -67,6 +70,7 @@ var waitingMigration = `CREATE TABLE activities_next (
 		traceparent     TEXT NOT NULL DEFAULT '',
 		tracestate      TEXT NOT NULL DEFAULT '',
 		wait_deadline   INTEGER NOT NULL DEFAULT 9223372036854775807,
+		spilled         INTEGER NOT NULL DEFAULT 0,
 		failure         TEXT,
 		heartbeat       BLOB,
 		result          BLOB,
@@ -88,8 +92,9 @@ var waitingMigration = `CREATE TABLE activities_next (
 	CREATE INDEX activities_closed ON activities (namespace, closed_at)
 		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
 	CREATE INDEX activities_waiting ON activities
-		(namespace, task_queue, activity_type, node, priority, fairness_key, ready_at, seq) WHERE state = 'scheduled';
-	CREATE INDEX activities_waiting_deadline ON activities (wait_deadline, seq) WHERE state = 'scheduled'`
+		(namespace, task_queue, activity_type, node, priority, fairness_key, ready_at, seq) WHERE state = 'scheduled' AND spilled = 1;
+	CREATE INDEX activities_waiting_deadline ON activities (wait_deadline, seq) WHERE state = 'scheduled' AND spilled = 1;
+	CREATE INDEX activities_held ON activities (seq) WHERE state IN ('scheduled', 'running') AND spilled = 0`
 
 // CountWaiting implements store.WaitingStore. The lanes are found by one
 // index seek each, then each lane is counted on its own: a bare count(*)
@@ -99,7 +104,7 @@ func (s *Store) CountWaiting(ctx context.Context, withBytes bool) ([]store.LaneC
 	const cols = `namespace, task_queue, activity_type, node, priority, fairness_key`
 	var out []store.LaneCount
 	for {
-		q := `SELECT ` + cols + ` FROM activities INDEXED BY activities_waiting WHERE state = 'scheduled'`
+		q := `SELECT ` + cols + ` FROM activities INDEXED BY activities_waiting WHERE state = 'scheduled' AND spilled = 1`
 		var args []any
 		if n := len(out); n > 0 {
 			// Past every ready time of the last lane, so the seek lands on
@@ -144,7 +149,7 @@ func (s *Store) CountWaiting(ctx context.Context, withBytes bool) ([]store.LaneC
 // WaitingBytes implements store.WaitingStore.
 func (s *Store) WaitingBytes(ctx context.Context) (map[string]int64, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, sum(coalesce(length(payload), 0)) FROM activities
-		WHERE state = 'scheduled' GROUP BY namespace`)
+		WHERE state = 'scheduled' AND spilled = 1 GROUP BY namespace`)
 	if err != nil {
 		return nil, fmt.Errorf("sum waiting payload bytes: %w", err)
 	}
@@ -169,7 +174,7 @@ func (s *Store) WaitingBytes(ctx context.Context) (map[string]int64, error) {
 }
 
 // laneWhere selects one lane's scheduled rows through activities_waiting.
-const laneWhere = `state = 'scheduled' AND namespace = ? AND task_queue = ? AND activity_type = ? AND node = ?
+const laneWhere = `state = 'scheduled' AND spilled = 1 AND namespace = ? AND task_queue = ? AND activity_type = ? AND node = ?
 	AND priority = ? AND fairness_key = ?`
 
 func laneArgs(l store.Lane) []any {
@@ -210,7 +215,7 @@ func (s *Store) ExpiredWaiting(ctx context.Context, now time.Time, after store.W
 	return s.queryActivities(ctx, "find expired waiting activities", 0, `SELECT `+
 		store.ActivityColumnsWithoutPayloads(`json_remove(failure, '$.details')`)+`
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND wait_deadline <= ? AND (wait_deadline, seq) > (?, ?)
+		WHERE state = 'scheduled' AND spilled = 1 AND wait_deadline <= ? AND (wait_deadline, seq) > (?, ?)
 		ORDER BY wait_deadline, seq LIMIT ?`, store.UnixNanos(now), at, after.Seq, limit)
 }
 
@@ -219,7 +224,7 @@ func (s *Store) NextWaitingDeadline(ctx context.Context, now time.Time) (time.Ti
 	var next sql.NullInt64
 	if err := s.reader.QueryRowContext(ctx, `SELECT min(wait_deadline)
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND wait_deadline > ? AND wait_deadline < 9223372036854775807`,
+		WHERE state = 'scheduled' AND spilled = 1 AND wait_deadline > ? AND wait_deadline < 9223372036854775807`,
 		store.UnixNanos(now)).Scan(&next); err != nil {
 		return time.Time{}, false, fmt.Errorf("find the next waiting deadline: %w", err)
 	}
@@ -229,14 +234,8 @@ func (s *Store) NextWaitingDeadline(ctx context.Context, now time.Time) (time.Ti
 	return store.FromUnixNanos(next.Int64), true, nil
 }
 
-// OpenStepActivities implements store.WaitingStore. A step's activity id is
-// its run id, "-" and the step number, so each open run's steps are one
-// range of the primary key: ids from run_id||'-' up to run_id||'.' ('.'
-// follows '-').
-func (s *Store) OpenStepActivities(ctx context.Context, inline int) ([]store.Activity, error) {
-	return s.queryActivities(ctx, "load open step activities", 0, `SELECT `+store.ActivityColumnsInline(inline)+`
-		FROM activities WHERE seq IN (SELECT a.seq FROM runs r JOIN activities a
-			ON a.namespace = r.namespace AND a.id >= r.run_id || '-' AND a.id < r.run_id || '.'
-			WHERE r.status = 'running' AND a.state IN ('scheduled', 'running'))
-		ORDER BY seq`)
+// HeldActivities implements store.WaitingStore.
+func (s *Store) HeldActivities(ctx context.Context, inline int) ([]store.Activity, error) {
+	return s.queryActivities(ctx, "load held activities", 0, `SELECT `+store.ActivityColumnsInline(inline)+`
+		FROM activities INDEXED BY activities_held WHERE state IN ('scheduled', 'running') AND spilled = 0 ORDER BY seq`)
 }

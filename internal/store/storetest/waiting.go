@@ -36,7 +36,7 @@ func RunWaiting(t *testing.T, open Opener) {
 	insert := func(t *testing.T, s store.Store, as ...store.Activity) {
 		t.Helper()
 		for _, a := range as {
-			if got := apply(t, s, store.InsertActivity{Activity: a}); !got[0] {
+			if got := apply(t, s, store.InsertActivity{Activity: a, Spilled: true}); !got[0] {
 				t.Fatalf("insert %s: refused", a.ID)
 			}
 		}
@@ -213,21 +213,35 @@ func RunWaiting(t *testing.T, open Opener) {
 		}
 	})
 
-	t.Run("OpenStepActivitiesReadsTheStepsOfOpenRuns", func(t *testing.T) {
+	t.Run("HeldActivitiesAreTheOpenOnesNotSpilled", func(t *testing.T) {
 		t.Parallel()
 		s, ws := waiting(t)
-		startRun(t, s, newRun("ns", "wf1", "run1"), 1)
-		startRun(t, s, newRun("ns", "wf2", "run2"), 1)
-		closeRun(t, s, "ns", "run2", 1, store.RunCompleted)
-		insert(t, s, act("run1-1", 3, "", 0), act("run1-2", 3, "", 0), act("run10-1", 3, "", 0),
-			act("run2-1", 3, "", 0), act("plain", 3, "", 0))
-		closeAct(t, s, "run1-2")
-		got, err := ws.OpenStepActivities(ctx, -1)
+		insert(t, s, act("spilled", 3, "", 0))
+		for _, id := range []string{"held", "held-closed", "held-delayed"} {
+			a := act(id, 3, "", 0)
+			if id == "held-delayed" {
+				a.ReadyAt = epoch.Add(time.Hour)
+			}
+			if got := apply(t, s, store.InsertActivity{Activity: a}); !got[0] {
+				t.Fatalf("insert %s: refused", id)
+			}
+		}
+		closeAct(t, s, "held-closed")
+		got, err := ws.HeldActivities(ctx, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ids(got) != "run1-1" {
-			t.Fatalf("open step activities: %q, want run1-1 only", ids(got))
+		if ids(got) != "held held-delayed" || got[0].Payload == nil {
+			t.Fatalf("held activities: %q, want \"held held-delayed\" with payloads", ids(got))
+		}
+		// Held work is neither counted nor paged as waiting.
+		counts, err := ws.CountWaiting(ctx, false)
+		if err != nil || len(counts) != 1 || counts[0].Count != 1 {
+			t.Fatalf("waiting counts %+v %v, want the spilled one only", counts, err)
+		}
+		page, _, err := ws.PageWaiting(ctx, store.WaitingPage{Lane: lane(3, ""), Now: epoch.Add(2 * time.Hour), Limit: 10})
+		if err != nil || ids(page) != "spilled" {
+			t.Fatalf("page: %q %v, want spilled only", ids(page), err)
 		}
 	})
 }
