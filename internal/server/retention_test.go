@@ -75,8 +75,8 @@ func TestSetRetentionRefusesBadValuesByNameAndChangesNothing(t *testing.T) {
 		code      codes.Code
 		mentions  string
 	}{
-		{"TooShort", "billing", durationpb.New(30 * time.Second), codes.InvalidArgument, "retention 30s"},
-		{"TooLong", "billing", durationpb.New(11 * 365 * 24 * time.Hour), codes.InvalidArgument, "retention 96360h"},
+		{"TooShort", "billing", durationpb.New(30 * time.Second), codes.InvalidArgument, "retention: 30s: out of range"},
+		{"TooLong", "billing", durationpb.New(11 * 365 * 24 * time.Hour), codes.InvalidArgument, "retention: 96360h0m0s: out of range"},
 		{"Negative", "billing", durationpb.New(-time.Hour), codes.InvalidArgument, "retention: -1h0m0s"},
 		{"Invalid", "billing", &durationpb.Duration{Seconds: 1, Nanos: -1}, codes.InvalidArgument, "retention"},
 		{"BadName", "white space", durationpb.New(time.Hour), codes.InvalidArgument, "name"},

@@ -23,7 +23,7 @@ const (
 )
 
 // ErrBadRetention reports a retention outside [MinRetention, MaxRetention].
-var ErrBadRetention = errors.New("retention out of range")
+var ErrBadRetention = errors.New("out of range")
 
 // Validate reports a retention that cannot be set: zero (which reads as the
 // default) and anything in [MinRetention, MaxRetention] is accepted.
@@ -31,7 +31,7 @@ func (r Retention) Validate() error {
 	if r == 0 || (r >= MinRetention && r <= MaxRetention) {
 		return nil
 	}
-	return fmt.Errorf("retention %s: %w: must be between %s and %s",
+	return fmt.Errorf("%s: %w, must be between %s and %s",
 		time.Duration(r), ErrBadRetention, time.Duration(MinRetention), time.Duration(MaxRetention))
 }
 
