@@ -64,6 +64,12 @@ func Join(ctx context.Context, st store.Cluster, r store.JoinRequest, log *slog.
 		sent := time.Now()
 		rec, err := st.JoinCluster(ctx, r)
 		if err == nil {
+			// A previous member of the name let the join through because
+			// its lease ran out; it is reaped now, not at some other
+			// server's next pass, so its work goes back at once.
+			if _, err := st.ReapServers(ctx); err != nil {
+				log.Warn("reap expired servers", "err", err)
+			}
 			return Self{ServerRecord: rec, Lease: r.Lease, JoinSent: sent}, nil
 		}
 		if !errors.Is(err, store.ErrNameTaken) || time.Now().After(deadline) {
