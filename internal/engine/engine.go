@@ -449,11 +449,7 @@ func (e *Engine) Backlog() []PoolBacklog {
 			if q.live == 0 {
 				continue
 			}
-			b := byPool[t.Pool]
-			if b == nil {
-				b = &PoolBacklog{Namespace: t.Pool.Namespace, TaskQueue: t.Pool.TaskQueue}
-				byPool[t.Pool] = b
-			}
+			b := backlogOf(byPool, t.Pool)
 			b.Waiting += q.live
 			for i, n := range q.liveByLane {
 				b.ByPriority[i] += n
@@ -475,6 +471,16 @@ func (e *Engine) Backlog() []PoolBacklog {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.TaskQueue, y.TaskQueue))
 	})
 	return out
+}
+
+// backlogOf returns pool's entry of byPool, made if need be.
+func backlogOf(byPool map[registry.PoolAddress]*PoolBacklog, pool registry.PoolAddress) *PoolBacklog {
+	b := byPool[pool]
+	if b == nil {
+		b = &PoolBacklog{Namespace: pool.Namespace, TaskQueue: pool.TaskQueue}
+		byPool[pool] = b
+	}
+	return b
 }
 
 func (e *Engine) placementLocked(ns string) store.Placement { return e.placements[ns] }

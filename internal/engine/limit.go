@@ -683,12 +683,7 @@ func (e *Engine) explainLimitInStore(ctx context.Context, rec store.Activity, no
 // queue, to the backlog of its pool.
 func (e *Engine) heldBacklogLocked(byPool map[registry.PoolAddress]*PoolBacklog, now time.Time) {
 	add := func(a *activity) {
-		pa := tripleOf(&a.rec).Pool
-		b := byPool[pa]
-		if b == nil {
-			b = &PoolBacklog{Namespace: pa.Namespace, TaskQueue: pa.TaskQueue}
-			byPool[pa] = b
-		}
+		b := backlogOf(byPool, tripleOf(&a.rec).Pool)
 		b.Waiting++
 		b.ByPriority[laneOf(a.rec.Priority)]++
 		b.OldestAge = max(b.OldestAge, now.Sub(a.readyAt))

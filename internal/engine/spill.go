@@ -646,11 +646,7 @@ func (e *Engine) spilledBacklogLocked(byPool map[registry.PoolAddress]*PoolBackl
 				if sf.n == 0 {
 					continue
 				}
-				b := byPool[t.Pool]
-				if b == nil {
-					b = &PoolBacklog{Namespace: t.Pool.Namespace, TaskQueue: t.Pool.TaskQueue}
-					byPool[t.Pool] = b
-				}
+				b := backlogOf(byPool, t.Pool)
 				b.Waiting += sf.n
 				b.ByPriority[sf.id.lane] += sf.n
 				b.OldestAge = max(b.OldestAge, now.Sub(sf.oldest))
