@@ -15,6 +15,7 @@ import (
 
 	"github.com/aion-run/aion/client"
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/events"
 )
 
 func (a *app) workersCommand() *cobra.Command {
@@ -94,22 +95,45 @@ func writeWorkers(w io.Writer, ws []*client.Worker) {
 }
 
 func (a *app) eventsCommand() *cobra.Command {
-	return &cobra.Command{
+	var after string
+	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the cluster's events as they happen: a snapshot, then every change",
 		Long: `events prints the cluster event stream: first a snapshot of the connected
 workers, namespaces and pools, then one line per change (worker connected,
 draining or disconnected with its reason, namespace created, placement
-changed, and pool stats every second) until interrupted. With --output json
-each event is one JSON object a line.`,
+changed, pool stats every second, workflow runs started and closed,
+schedule fires) until interrupted. With --output json each event is one
+JSON object a line.
+
+Each line starts with the event's sequence (#N); the snapshot's line ends
+with the stream's epoch. To pick up after an interruption without a new
+snapshot, pass the position of the last event printed, <epoch>-<sequence>,
+as --after: when the server still holds every event after it, the first
+line is "resumed after <position>" and the events missed follow; otherwise
+(they were let go of, or the server restarted) it is a fresh snapshot that
+says why it did not resume. With --output json the first object holds
+"resumed" or "snapshot", and "epoch".`,
 		Example: `  aion events
-  aion events --output json | jq .`,
+  aion events --output json | jq .
+  aion events --after 3f9c2a71d04b88e5-1042`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var opts []client.WatchOption
+			var from *events.Position
+			if after != "" {
+				p, err := events.ParsePosition(after)
+				if err != nil {
+					return fmt.Errorf("--after: %w", err)
+				}
+				from = &p
+				opts = append(opts, client.WatchAfter(client.WatchPosition{Epoch: p.Epoch.String(), Sequence: p.Seq}))
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return a.withClient(ctx, func(c *client.Client) error {
-				for e, err := range c.Watch(ctx) {
+				first := true
+				for e, err := range c.Watch(ctx, opts...) {
 					if err != nil {
 						return err
 					}
@@ -121,12 +145,40 @@ each event is one JSON object a line.`,
 						fmt.Fprintf(a.stdout, "%s\n", b)
 						continue
 					}
+					if first {
+						fmt.Fprintln(a.stdout, describeStart(e, from))
+						first = false
+						continue
+					}
 					fmt.Fprintln(a.stdout, describeEvent(e))
 				}
 				return nil
 			})
 		},
 	}
+	cmd.Flags().StringVar(&after, "after", "", "resume after this position, <epoch>-<sequence> (the snapshot's epoch, the last event's #): the events missed follow, or a fresh snapshot when the server no longer holds them all")
+	return cmd
+}
+
+// describeStart renders the first event of a watch, which asked to resume
+// after from (nil for none): the snapshot with its epoch, so that a later
+// watch can resume, and why it is not a resume when one was asked for; or
+// the resume.
+func describeStart(e *aionv1.ClusterEvent, from *events.Position) string {
+	if e.GetResumed() != nil {
+		return describeEvent(e)
+	}
+	line := describeEvent(e) + "; epoch " + e.GetEpoch()
+	switch {
+	case from == nil || e.GetSnapshot() == nil:
+	case from.Epoch.String() != e.GetEpoch():
+		line += fmt.Sprintf("; not resumed: %s is of another epoch (the server restarted, or is another server)", from)
+	case from.Seq > e.GetSequence():
+		line += fmt.Sprintf("; not resumed: %s is past the server's last event", from)
+	default:
+		line += fmt.Sprintf("; not resumed: the server no longer holds every event after %s", from)
+	}
+	return line
 }
 
 // describeEvent renders one event as a line of text.
@@ -165,6 +217,22 @@ func describeEvent(e *aionv1.ClusterEvent) string {
 		r := ev.RunStarted.GetRun()
 		return head + fmt.Sprintf("run started: namespace=%s workflow=%s run=%s type=%s task_queue=%s",
 			r.GetNamespace(), r.GetWorkflowId(), r.GetRunId(), r.GetWorkflowType(), r.GetTaskQueue())
+	case *aionv1.ClusterEvent_Resumed:
+		return head + fmt.Sprintf("resumed after %s-%d: the events missed follow", e.GetEpoch(), e.GetSequence())
+	case *aionv1.ClusterEvent_ScheduleFired:
+		f := ev.ScheduleFired
+		line := fmt.Sprintf("schedule %s: namespace=%s outcome=%s origin=%s", f.GetScheduleId(), f.GetNamespace(),
+			strings.ToLower(strings.TrimPrefix(f.GetOutcome().String(), "SCHEDULE_ACTION_OUTCOME_")), orDash(f.GetOrigin()))
+		if f.GetCount() > 1 {
+			line += fmt.Sprintf(" count=%d", f.GetCount())
+		}
+		if f.GetActionId() != "" {
+			line += " action=" + f.GetActionId()
+		}
+		if f.GetDetail() != "" {
+			line += fmt.Sprintf(" detail=%q", f.GetDetail())
+		}
+		return head + line
 	case *aionv1.ClusterEvent_RunClosed:
 		r := ev.RunClosed.GetRun()
 		return head + fmt.Sprintf("run closed: namespace=%s workflow=%s run=%s status=%s", r.GetNamespace(), r.GetWorkflowId(),
