@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/events"
 	"github.com/aion-run/aion/internal/servertest"
 )
@@ -258,6 +261,38 @@ func TestEventsRefusesAMalformedPositionBeforeAnyRPC(t *testing.T) {
 		code, _, stderr := inv.run(t, "events", "--after", tc.after)
 		if code != exitError || inv.dialed || !strings.Contains(stderr, tc.want) {
 			t.Errorf("--after %q: code %d dialed %v stderr %q, want %q", tc.after, code, inv.dialed, stderr, tc.want)
+		}
+	}
+}
+
+func TestDescribeEventNamesResumesAndScheduleFires(t *testing.T) {
+	t.Parallel()
+	at := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		e    *aionv1.ClusterEvent
+		want string
+	}{
+		{"Resumed", &aionv1.ClusterEvent{Sequence: 7, Time: at, Epoch: "00000000000000a1",
+			Event: &aionv1.ClusterEvent_Resumed{Resumed: &aionv1.Resumed{}}},
+			"resumed after 00000000000000a1-7: the events missed follow"},
+		{"Started", &aionv1.ClusterEvent{Sequence: 8, Time: at, Event: &aionv1.ClusterEvent_ScheduleFired{ScheduleFired: &aionv1.ScheduleFired{
+			Namespace: "shop", ScheduleId: "nightly", Outcome: aionv1.ScheduleActionOutcome_SCHEDULE_ACTION_OUTCOME_STARTED,
+			Origin: "tick", Count: 1, ActionId: "nightly-2026"}}},
+			"schedule nightly: namespace=shop outcome=started origin=tick action=nightly-2026"},
+		{"Skipped", &aionv1.ClusterEvent{Sequence: 9, Time: at, Event: &aionv1.ClusterEvent_ScheduleFired{ScheduleFired: &aionv1.ScheduleFired{
+			Namespace: "shop", ScheduleId: "nightly", Outcome: aionv1.ScheduleActionOutcome_SCHEDULE_ACTION_OUTCOME_SKIPPED,
+			Origin: "tick", Count: 3}}},
+			"schedule nightly: namespace=shop outcome=skipped origin=tick count=3"},
+		{"Failed", &aionv1.ClusterEvent{Sequence: 10, Time: at, Event: &aionv1.ClusterEvent_ScheduleFired{ScheduleFired: &aionv1.ScheduleFired{
+			Namespace: "shop", ScheduleId: "nightly", Outcome: aionv1.ScheduleActionOutcome_SCHEDULE_ACTION_OUTCOME_FAILED,
+			Origin: "trigger", Count: 1, Detail: "no such type"}}},
+			`schedule nightly: namespace=shop outcome=failed origin=trigger detail="no such type"`},
+	} {
+		got := describeEvent(tc.e)
+		head := fmt.Sprintf("#%d %s ", tc.e.GetSequence(), at.AsTime().Local().Format("15:04:05.000"))
+		if got != head+tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, head+tc.want)
 		}
 	}
 }
