@@ -31,7 +31,7 @@ from . import tracing as _tracing
 from ._gen.v1 import (activity_pb2, activity_pb2_grpc, cluster_pb2, cluster_pb2_grpc, namespace_pb2,
                       namespace_pb2_grpc, workflow_pb2, workflow_pb2_grpc)
 from .errors import ActivityFailed, NotTerminal, RPCError, WorkflowFailed
-from .types import (Activity, ActivityPage, ActivityState, Duration, IDReuse, RetryPolicy, Run, RunStatus,
+from .types import (Activity, ActivityPage, ActivityState, Duration, IDReuse, Namespace, RetryPolicy, Run, RunStatus,
                     WorkerInfo, duration_to_proto, run_status_to_proto, state_to_proto, time_to_proto)
 
 T = TypeVar("T")
@@ -492,6 +492,26 @@ class Client:
         await self._call(f"set placement of namespace {name!r}", self._namespaces.SetPlacement,
                          namespace_pb2.SetPlacementRequest(name=name, placement=namespace_pb2.Placement(
                              mode=m, nodes=list(nodes))))
+
+    async def get_namespace(self, name: str, *, timeout: Optional[float] = None) -> Namespace:
+        """A namespace, with its placement and the retention in force; :class:`aion.RPCError`
+        with code NOT_FOUND when it was never minted."""
+        resp = await self._call(f"get namespace {name!r}", self._namespaces.Get,
+                                namespace_pb2.GetNamespaceRequest(name=name), timeout)
+        return Namespace.from_proto(resp.namespace)
+
+    async def set_retention(self, name: str, retention: Optional[Duration], *,
+                            timeout: Optional[float] = None) -> Namespace:
+        """Sets how long a namespace keeps its closed activities and runs after they close
+        (seconds or a timedelta, from 1 minute to 10 years; None or 0 restores the server's
+        default of 7 days) and returns the namespace with the retention in force. Raises
+        :class:`aion.RPCError` with code NOT_FOUND when the namespace was never minted and
+        INVALID_ARGUMENT, naming the value, for a retention out of range (nothing changes)."""
+        resp = await self._call(f"set retention of namespace {name!r} to {retention!s}",
+                                self._namespaces.SetRetention,
+                                namespace_pb2.SetRetentionRequest(name=name, retention=duration_to_proto(retention)),
+                                timeout)
+        return Namespace.from_proto(resp.namespace)
 
     async def list_workers(self, namespace: str = "") -> List[WorkerInfo]:
         """The connected workers, optionally only those serving ``namespace``."""

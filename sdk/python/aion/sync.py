@@ -21,7 +21,7 @@ import grpc
 
 from . import interventions as _iv
 from .client import ActivityHandle, BatchResult, Client, ScheduleOptions, ScheduleRequest, WorkflowHandle
-from .types import Activity, ActivityPage, ActivityState, Duration, IDReuse, Run, RunStatus, WorkerInfo
+from .types import Activity, ActivityPage, ActivityState, Duration, IDReuse, Namespace, Run, RunStatus, WorkerInfo
 
 T = TypeVar("T")
 
@@ -160,6 +160,23 @@ class SyncClient:
         """See :meth:`aion.Client.list_workflows`."""
         return self._run(self._client.list_workflows(namespace, status=status, workflow_type=workflow_type,
                                                      page_size=page_size, page_token=page_token))
+
+    def create_namespace(self, name: str) -> bool:
+        """See :meth:`aion.Client.create_namespace`."""
+        return self._run(self._client.create_namespace(name))
+
+    def get_namespace(self, name: str, *, timeout: Optional[float] = None) -> Namespace:
+        """See :meth:`aion.Client.get_namespace`."""
+        return self._run(self._client.get_namespace(name, timeout=timeout))
+
+    def set_placement(self, name: str, mode: str, nodes: Sequence[str] = ()) -> None:
+        """See :meth:`aion.Client.set_placement`."""
+        self._run(self._client.set_placement(name, mode, nodes))
+
+    def set_retention(self, name: str, retention: Optional[Duration], *,
+                      timeout: Optional[float] = None) -> Namespace:
+        """See :meth:`aion.Client.set_retention`."""
+        return self._run(self._client.set_retention(name, retention, timeout=timeout))
 
     def list_workers(self, namespace: str = "") -> List[WorkerInfo]:
         """See :meth:`aion.Client.list_workers`."""

@@ -1,4 +1,4 @@
-"""The values the client returns: activities, attempts, runs, workers, and their enums.
+"""The values the client returns: activities, attempts, runs, workers, namespaces, and their enums.
 
 Times are timezone-aware :class:`datetime.datetime` (UTC), or ``None`` when unset;
 durations are :class:`datetime.timedelta`, or ``None`` when unset. Payload fields
@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Union
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from . import payload as _payload
-from ._gen.v1 import activity_pb2, cluster_pb2, common_pb2, workflow_pb2
+from ._gen.v1 import activity_pb2, cluster_pb2, common_pb2, namespace_pb2, workflow_pb2
 
 #: A duration as a number of seconds or a timedelta.
 Duration = Union[float, int, dt.timedelta]
@@ -83,6 +83,11 @@ def _enum_from_proto(cls: Any, prefix: str, value: int, enum_desc: Any) -> Any:
         return cls(word)
     except ValueError:
         return cls("unspecified")
+
+
+def _word(prefix: str, value: int, enum_desc: Any) -> str:
+    """An enum value's name as a lowercase word without its prefix; "unspecified" for an unknown one."""
+    return _enum_from_proto(str, prefix, value, enum_desc)  # type: ignore[no-any-return]
 
 
 def _state(v: int) -> ActivityState:
@@ -386,3 +391,32 @@ class WorkerInfo:
                    activity_types=list(w.activity_types), slots=w.slots, slots_in_use=w.slots_in_use,
                    draining=w.state == cluster_pb2.WORKER_STATE_DRAINING, identity=w.identity,
                    sdk_version=w.sdk_version)
+
+
+@dataclass
+class Namespace:
+    """A namespace, the isolation and authorization boundary, as
+    :meth:`aion.Client.get_namespace` and :meth:`aion.Client.set_retention` report it."""
+
+    name: str
+    #: How it was first minted: "worker", "schedule" or "explicit".
+    origin: str
+    #: Its placement's mode: "unplaced", "prefer" or "pinned"; ``nodes`` are the nodes it names.
+    placement: str
+    nodes: List[str]
+    created_time: Optional[dt.datetime]
+    #: When a registration or a schedule last used it.
+    last_seen_time: Optional[dt.datetime]
+    #: How long its closed activities and runs are kept after they close: the one set with
+    #: :meth:`aion.Client.set_retention`, else the server's default of 7 days.
+    retention: Optional[dt.timedelta]
+
+    @classmethod
+    def from_proto(cls, n: namespace_pb2.Namespace) -> "Namespace":
+        """Builds one from the wire form."""
+        return cls(name=n.name, origin=_word("NAMESPACE_ORIGIN_", n.origin, namespace_pb2.NamespaceOrigin),
+                   placement=_word("PLACEMENT_MODE_", n.placement.mode, namespace_pb2.PlacementMode),
+                   nodes=list(n.placement.nodes),
+                   created_time=_time(n, "created_time"), last_seen_time=_time(n, "last_seen_time"),
+                   retention=_dur(n, "retention"))
+

@@ -190,3 +190,45 @@ def test_payloads_convert_to_and_from_annotated_types() -> None:
             payload.decode(bad, into)
     with pytest.raises(payload.PayloadError):
         payload.encode(float("nan"))
+
+
+@run
+async def test_retention_is_set_read_back_refused_out_of_range_and_restored(server: Server, ns: str) -> None:
+    week = dt.timedelta(days=7)
+    async with aion.Client(server.addr) as c:
+        with pytest.raises(aion.RPCError) as e:
+            await c.set_retention(ns, dt.timedelta(hours=1))
+        assert e.value.code == grpc.StatusCode.NOT_FOUND and ns in e.value.details, e.value
+        assert await c.create_namespace(ns)
+        n = await c.get_namespace(ns)
+        assert (n.name, n.origin, n.placement, n.nodes, n.retention) == (ns, "explicit", "unplaced", [], week)
+        assert n.created_time is not None and n.created_time.tzinfo is not None
+        n = await c.set_retention(ns, dt.timedelta(hours=72))
+        assert (n.name, n.retention) == (ns, dt.timedelta(hours=72))
+        assert (await c.get_namespace(ns)).retention == dt.timedelta(hours=72)
+        assert (await c.set_retention(ns, 90)).retention == dt.timedelta(seconds=90)  # seconds
+        for bad, shown in [(30, "30s"), (dt.timedelta(days=3651), "87624h0m0s"), (-60, "-1m0s")]:
+            with pytest.raises(aion.RPCError) as e:
+                await c.set_retention(ns, bad)
+            assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT, e.value
+            assert f"retention: {shown}" in e.value.details, e.value
+        assert (await c.get_namespace(ns)).retention == dt.timedelta(seconds=90)  # the refusals changed nothing
+        assert (await c.set_retention(ns, None)).retention == week
+        assert (await c.set_retention(ns, 60)).retention == dt.timedelta(minutes=1)
+        assert (await c.set_retention(ns, 0)).retention == week
+        with pytest.raises(aion.RPCError) as e:
+            await c.get_namespace(ns + "-never")
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_sync_client_creates_places_reads_and_retains_a_namespace(server: Server, ns: str) -> None:
+    with aion.SyncClient(server.addr) as c:
+        assert c.create_namespace(ns) is True
+        assert c.create_namespace(ns) is False
+        c.set_placement(ns, "prefer", ["node-a"])
+        assert c.set_retention(ns, dt.timedelta(hours=1)).retention == dt.timedelta(hours=1)
+        n = c.get_namespace(ns)
+        assert (n.placement, n.nodes, n.retention) == ("prefer", ["node-a"], dt.timedelta(hours=1))
+        with pytest.raises(aion.RPCError) as e:
+            c.set_retention(ns, 1)
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "retention: 1s" in e.value.details
