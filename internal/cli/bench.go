@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -16,7 +17,10 @@ import (
 
 func (a *app) benchCommand() *cobra.Command {
 	o := bench.Defaults()
-	var asJSON bool
+	var (
+		asJSON     bool
+		cpuProfile string
+	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a whole aion system: throughput and latency, end to end",
@@ -153,6 +157,13 @@ target server's own settings apply.`,
 			if !asJSON || o.Window > 0 {
 				o.Progress = os.Stderr // with --window, one line per window
 			}
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			rep, err := bench.Run(ctx, o)
@@ -193,6 +204,7 @@ target server's own settings apply.`,
 	f.DurationVar(&o.Retention, "retention", 0, "create the namespace and set its retention before the load (0 leaves it as it is)")
 	f.DurationVar(&o.ReapInterval, "reap-interval", 0, "reaping interval of the in-process servers: 0 for the server default, negative for no reaping")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of this process (the bench and its in-process servers) for the whole run to this file, for go tool pprof")
 	cmd.AddCommand(a.benchBacklogCommand())
 	return cmd
 }
@@ -354,4 +366,21 @@ func printReport(a *app, r bench.Report) {
 		}
 		fmt.Fprintln(w, " ms")
 	}
+}
+
+// startCPUProfile profiles this process into path until the returned stop is
+// called; the profile is complete only after stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu-profile %q: %w", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu-profile %q: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -49,11 +51,19 @@ type ActivityRow struct {
 	state                              string
 	scheduled, started, ready, closedA int64
 	scheduleTime                       int64
+
+	// The previous row's timeouts and retry policy, as stored and decoded:
+	// one row scanned again and again decodes only what changed, and the
+	// work of one queue mostly shares both.
+	prevTimeouts, prevRetry []byte
+	timeoutsV               Timeouts
+	retryV                  RetryPolicy
 }
 
 // Dest returns the scan destinations in ActivityColumns order.
 func (r *ActivityRow) Dest() []any {
 	a := &r.a
+	*a = Activity{}
 	return []any{&a.Seq, &a.Namespace, &a.ID, &a.TaskQueue, &a.ActivityType, &a.Node, &a.Payload, &a.Fingerprint,
 		&r.timeouts, &r.retry, &r.state, &a.Attempt, &a.Result, &r.failure, &a.HeartbeatDetails,
 		&r.scheduled, &r.started, &r.ready, &r.closedA, &a.PayloadSize, &a.Priority,
@@ -64,12 +74,25 @@ func (r *ActivityRow) Dest() []any {
 // Decode returns the activity the row holds.
 func (r *ActivityRow) Decode() (Activity, error) {
 	a := r.a
-	if err := json.Unmarshal(r.timeouts, &a.Timeouts); err != nil {
-		return Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
+	if r.prevTimeouts == nil || !bytes.Equal(r.timeouts, r.prevTimeouts) {
+		r.timeoutsV = Timeouts{}
+		if err := json.Unmarshal(r.timeouts, &r.timeoutsV); err != nil {
+			r.prevTimeouts = nil
+			return Activity{}, fmt.Errorf("decode timeouts of %q: %w", a.ID, err)
+		}
+		r.prevTimeouts = r.timeouts // the scan gives each row its own copy
 	}
-	if err := json.Unmarshal(r.retry, &a.Retry); err != nil {
-		return Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
+	a.Timeouts = r.timeoutsV
+	if r.prevRetry == nil || !bytes.Equal(r.retry, r.prevRetry) {
+		r.retryV = RetryPolicy{}
+		if err := json.Unmarshal(r.retry, &r.retryV); err != nil {
+			r.prevRetry = nil
+			return Activity{}, fmt.Errorf("decode retry policy of %q: %w", a.ID, err)
+		}
+		r.prevRetry = r.retry
 	}
+	a.Retry = r.retryV
+	a.Retry.NonRetryableErrorTypes = slices.Clone(r.retryV.NonRetryableErrorTypes)
 	a.State = ActivityState(r.state)
 	var err error
 	if a.Failure, err = DecodeFailure(r.failure); err != nil {

@@ -41,7 +41,7 @@ func (s *Store) prepare(ctx context.Context) error {
 	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
 		scheduled_at, started_at, ready_at, closed_at, priority,
-		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, spilled)
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
@@ -76,6 +76,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	}
 	changed := make([]bool, len(writes))
 	var nChanged, nInserted int
+	var newLanes map[store.Lane]int64 // lanes this transaction created, known once it commits
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
@@ -94,6 +95,12 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		switch w := w.(type) {
 		case store.InsertActivity:
 			a := w.Activity
+			var lane int64
+			if w.Spilled {
+				if lane, err = s.laneID(ctx, tx, store.LaneOf(&a), &newLanes); err != nil {
+					break
+				}
+			}
 			timeouts, _ := json.Marshal(a.Timeouts)
 			retry, _ := json.Marshal(a.Retry)
 			res, err = insert.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
@@ -102,7 +109,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
 				store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
 				a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State,
-				waitDeadline(&a), w.Spilled)
+				waitDeadline(&a), lane)
 		case store.EndAttempt:
 			number := 0
 			if w.Attempt != nil {
@@ -149,6 +156,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	}
 	// After the commit is durable and before any write is acknowledged.
 	s.mark.advance(c)
+	s.lanes.add(newLanes)
 	return changed, nil
 }
 
@@ -251,10 +259,13 @@ func (s *Store) queryActivities(ctx context.Context, what string, maxBytes int, 
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []store.Activity
+	var (
+		out []store.Activity
+		row store.ActivityRow // one for every row, so it decodes only what changes
+	)
 	size := 0
 	for rows.Next() {
-		a, err := scanActivity(rows)
+		a, err := scanActivityInto(&row, rows)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -279,6 +290,11 @@ func failureJSON(f *store.Failure) any {
 
 func scanActivity(row scanner) (store.Activity, error) {
 	var r store.ActivityRow
+	return scanActivityInto(&r, row)
+}
+
+// scanActivityInto is scanActivity through r, which may hold the previous row.
+func scanActivityInto(r *store.ActivityRow, row scanner) (store.Activity, error) {
 	if err := row.Scan(r.Dest()...); err != nil {
 		return store.Activity{}, err
 	}

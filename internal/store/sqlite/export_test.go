@@ -15,3 +15,7 @@ var SchemaBeforeWorkflows = migrations[:5]
 // SchemaBeforeTrace is the schema as it was before activities and runs
 // kept a trace context, for tests of the upgrade.
 var SchemaBeforeTrace = migrations[:9]
+
+// SchemaBeforeLanes is the schema as it was while spilled activities were
+// indexed by their lane's columns, for tests of the upgrade.
+var SchemaBeforeLanes = migrations[:len(migrations)-1]

@@ -31,6 +31,7 @@ type Store struct {
 	ckpt     *checkpointer // copies the write-ahead log into the file; see checkpoint.go
 	// synchronous is the mode every commit but a reaping one runs in.
 	synchronous string
+	lanes       laneIDs // the ids spilled activities are indexed by; see lane.go
 }
 
 // Option adjusts how Open opens the file.
@@ -126,6 +127,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	id, counters, err := s.migrate(ctx)
 	if err == nil {
 		err = s.prepare(ctx)
+	}
+	if err == nil {
+		err = s.lanes.load(ctx, s.writer)
 	}
 	if err == nil {
 		if markID == id && loss == nil {
@@ -577,6 +581,7 @@ var migrations = []string{
 		WHERE state IN ('completed', 'failed', 'canceled', 'timed_out');
 	CREATE INDEX runs_closed ON runs (namespace, closed_at) WHERE status <> 'running'`,
 	waitingMigration,
+	laneMigration,
 }
 
 // migrate brings the schema up to date and gives the database its identity

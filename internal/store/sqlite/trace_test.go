@@ -93,10 +93,10 @@ func TestUpgradeAddsTraceContextBeforeTheBulkyColumns(t *testing.T) {
 		if table == "runs" && cols[len(cols)-1] == "admitted" {
 			cols = cols[:len(cols)-1]
 		}
-		// A later rebuild put activities' wait_deadline and spilled after
+		// A later rebuild put activities' wait_deadline and lane after
 		// the trace context, still before the bulky columns.
 		if table == "activities" {
-			cols = slices.DeleteFunc(cols, func(c string) bool { return c == "wait_deadline" || c == "spilled" })
+			cols = slices.DeleteFunc(cols, func(c string) bool { return c == "wait_deadline" || c == "lane" })
 		}
 		want := append([]string{"traceparent", "tracestate"}, bulky...)
 		if tail := cols[len(cols)-len(want):]; !slices.Equal(tail, want) {

@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -101,55 +103,54 @@ var waitingMigration = `CREATE TABLE activities_next (
 // over an index range decodes no columns, where one GROUP BY over all rows
 // would decode six per row, several times the cost at a million rows.
 func (s *Store) CountWaiting(ctx context.Context, withBytes bool) ([]store.LaneCount, error) {
-	const cols = `namespace, task_queue, activity_type, node, priority, fairness_key`
 	var out []store.LaneCount
-	for {
-		q := `SELECT ` + cols + ` FROM activities INDEXED BY activities_waiting WHERE state = 'scheduled' AND spilled = 1`
-		var args []any
-		if n := len(out); n > 0 {
-			// Past every ready time of the last lane, so the seek lands on
-			// the next lane instead of stepping through this one's rows.
-			q += ` AND (` + cols + `, ready_at) > (?, ?, ?, ?, ?, ?, 9223372036854775807)`
-			args = laneArgs(out[n-1].Lane)
-		}
-		var c store.LaneCount
-		err := s.reader.QueryRowContext(ctx, q+` ORDER BY `+cols+` LIMIT 1`, args...).
-			Scan(&c.Namespace, &c.TaskQueue, &c.ActivityType, &c.Node, &c.Priority, &c.FairnessKey)
+	for last := int64(0); ; {
+		// Past every row of the last lane, so the seek lands on the next
+		// lane instead of stepping through this one's rows.
+		var id int64
+		err := s.reader.QueryRowContext(ctx, `SELECT lane FROM activities INDEXED BY activities_waiting
+			WHERE state = 'scheduled' AND lane > 0 AND lane > ? ORDER BY lane LIMIT 1`, last).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("count waiting activities: find lanes: %w", err)
 		}
-		out = append(out, c)
-	}
-	for i := range out {
-		c := &out[i]
-		args := laneArgs(c.Lane)
-		var ready int64
-		if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM activities INDEXED BY activities_waiting WHERE `+laneWhere,
-			args...).Scan(&c.Count); err != nil {
-			return nil, fmt.Errorf("count waiting activities: %w", err)
+		last = id
+		lane, ok := s.lanes.lane(id)
+		if !ok {
+			return nil, fmt.Errorf("count waiting activities: lane %d is not in table lanes", id)
 		}
-		if err := s.reader.QueryRowContext(ctx, `SELECT min(ready_at) FROM activities INDEXED BY activities_waiting WHERE `+laneWhere,
-			args...).Scan(&ready); err != nil {
+		c := store.LaneCount{Lane: lane}
+		var ready int64
+		if err := s.reader.QueryRowContext(ctx, `SELECT count(*), min(ready_at) FROM activities INDEXED BY activities_waiting
+			WHERE `+laneWhere, id).Scan(&c.Count, &ready); err != nil {
 			return nil, fmt.Errorf("count waiting activities: %w", err)
 		}
 		c.OldestReady = store.FromUnixNanos(ready)
 		if withBytes {
-			if err := s.reader.QueryRowContext(ctx, `SELECT sum(coalesce(length(payload), 0)) FROM activities WHERE `+laneWhere,
-				args...).Scan(&c.Bytes); err != nil {
+			if err := s.reader.QueryRowContext(ctx, `SELECT sum(coalesce(length(payload), 0)) FROM activities
+				INDEXED BY activities_waiting WHERE `+laneWhere, id).Scan(&c.Bytes); err != nil {
 				return nil, fmt.Errorf("count waiting activities: payload bytes: %w", err)
 			}
 		}
+		out = append(out, c)
 	}
+	slices.SortFunc(out, func(a, b store.LaneCount) int { return compareLanes(a.Lane, b.Lane) })
 	return out, nil
+}
+
+// compareLanes orders lanes by their fields, in the order they are declared.
+func compareLanes(a, b store.Lane) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.TaskQueue, b.TaskQueue),
+		cmp.Compare(a.ActivityType, b.ActivityType), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Priority, b.Priority),
+		cmp.Compare(a.FairnessKey, b.FairnessKey))
 }
 
 // WaitingBytes implements store.WaitingStore.
 func (s *Store) WaitingBytes(ctx context.Context) (map[string]int64, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, sum(coalesce(length(payload), 0)) FROM activities
-		WHERE state = 'scheduled' AND spilled = 1 GROUP BY namespace`)
+		WHERE state = 'scheduled' AND lane > 0 GROUP BY namespace`)
 	if err != nil {
 		return nil, fmt.Errorf("sum waiting payload bytes: %w", err)
 	}
@@ -174,11 +175,13 @@ func (s *Store) WaitingBytes(ctx context.Context) (map[string]int64, error) {
 }
 
 // laneWhere selects one lane's scheduled rows through activities_waiting.
-const laneWhere = `state = 'scheduled' AND spilled = 1 AND namespace = ? AND task_queue = ? AND activity_type = ? AND node = ?
-	AND priority = ? AND fairness_key = ?`
+// Its one argument is the lane's id.
+const laneWhere = `state = 'scheduled' AND lane > 0 AND lane = ?`
 
-func laneArgs(l store.Lane) []any {
-	return []any{l.Namespace, l.TaskQueue, l.ActivityType, l.Node, store.EffectivePriority(l.Priority), l.FairnessKey}
+// laneOf is l with its priority as stored.
+func laneOf(l store.Lane) store.Lane {
+	l.Priority = store.EffectivePriority(l.Priority)
+	return l
 }
 
 // PageWaiting implements store.WaitingStore.
@@ -188,7 +191,11 @@ func (s *Store) PageWaiting(ctx context.Context, p store.WaitingPage) ([]store.A
 		limit = 256
 	}
 	what := fmt.Sprintf("page waiting activities of %s/%s in namespace %q", p.TaskQueue, p.ActivityType, p.Namespace)
-	args := append(laneArgs(p.Lane), store.UnixNanos(p.Now), store.UnixNanos(p.After.At), p.After.Seq, limit)
+	id, ok := s.lanes.id(laneOf(p.Lane))
+	if !ok {
+		return nil, time.Time{}, nil // nothing was ever spilled into it
+	}
+	args := []any{id, store.UnixNanos(p.Now), store.UnixNanos(p.After.At), p.After.Seq, limit}
 	page, err := s.queryActivities(ctx, what, 0, `SELECT `+store.ActivityColumnsInline(p.Inline)+`
 		FROM activities INDEXED BY activities_waiting WHERE `+laneWhere+` AND ready_at <= ? AND (ready_at, seq) > (?, ?)
 		ORDER BY ready_at, seq LIMIT ?`, args...)
@@ -197,7 +204,7 @@ func (s *Store) PageWaiting(ctx context.Context, p store.WaitingPage) ([]store.A
 	}
 	var next sql.NullInt64
 	if err := s.reader.QueryRowContext(ctx, `SELECT min(ready_at) FROM activities INDEXED BY activities_waiting
-		WHERE `+laneWhere+` AND ready_at > ?`, append(laneArgs(p.Lane), store.UnixNanos(p.Now))...).Scan(&next); err != nil {
+		WHERE `+laneWhere+` AND ready_at > ?`, id, store.UnixNanos(p.Now)).Scan(&next); err != nil {
 		return nil, time.Time{}, fmt.Errorf("%s: next ready time: %w", what, err)
 	}
 	if !next.Valid {
@@ -215,7 +222,7 @@ func (s *Store) ExpiredWaiting(ctx context.Context, now time.Time, after store.W
 	return s.queryActivities(ctx, "find expired waiting activities", 0, `SELECT `+
 		store.ActivityColumnsWithoutPayloads(`json_remove(failure, '$.details')`)+`
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND spilled = 1 AND wait_deadline <= ? AND (wait_deadline, seq) > (?, ?)
+		WHERE state = 'scheduled' AND lane > 0 AND wait_deadline <= ? AND (wait_deadline, seq) > (?, ?)
 		ORDER BY wait_deadline, seq LIMIT ?`, store.UnixNanos(now), at, after.Seq, limit)
 }
 
@@ -224,7 +231,7 @@ func (s *Store) NextWaitingDeadline(ctx context.Context, now time.Time) (time.Ti
 	var next sql.NullInt64
 	if err := s.reader.QueryRowContext(ctx, `SELECT min(wait_deadline)
 		FROM activities INDEXED BY activities_waiting_deadline
-		WHERE state = 'scheduled' AND spilled = 1 AND wait_deadline > ? AND wait_deadline < 9223372036854775807`,
+		WHERE state = 'scheduled' AND lane > 0 AND wait_deadline > ? AND wait_deadline < 9223372036854775807`,
 		store.UnixNanos(now)).Scan(&next); err != nil {
 		return time.Time{}, false, fmt.Errorf("find the next waiting deadline: %w", err)
 	}
@@ -237,5 +244,5 @@ func (s *Store) NextWaitingDeadline(ctx context.Context, now time.Time) (time.Ti
 // HeldActivities implements store.WaitingStore.
 func (s *Store) HeldActivities(ctx context.Context, inline int) ([]store.Activity, error) {
 	return s.queryActivities(ctx, "load held activities", 0, `SELECT `+store.ActivityColumnsInline(inline)+`
-		FROM activities INDEXED BY activities_held WHERE state IN ('scheduled', 'running') AND spilled = 0 ORDER BY seq`)
+		FROM activities INDEXED BY activities_held WHERE state IN ('scheduled', 'running') AND lane = 0 ORDER BY seq`)
 }
