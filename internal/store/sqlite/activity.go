@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/aion-run/aion/internal/store"
@@ -14,13 +15,13 @@ import (
 // writeStmts are prepared once on the writer connection and bound into each
 // transaction, so a batch of thousands of writes parses no SQL.
 type writeStmts struct {
-	insert, attempt, endActivity, bump *sql.Stmt
-	insertRun, insertEvent, appendRun  *sql.Stmt
+	insert, insertNew, attempt, endActivity, bump *sql.Stmt
+	insertRun, insertEvent, appendRun             *sql.Stmt
 }
 
 func (w *writeStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{w.insert, w.attempt, w.endActivity, w.bump, w.insertRun, w.insertEvent, w.appendRun} {
+	for _, st := range []*sql.Stmt{w.insert, w.insertNew, w.attempt, w.endActivity, w.bump, w.insertRun, w.insertEvent, w.appendRun} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -43,6 +44,15 @@ func (s *Store) prepare(ctx context.Context) error {
 		scheduled_at, started_at, ready_at, closed_at, priority,
 		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (namespace, id) DO NOTHING`)
+	// A newly scheduled activity binds seven parameters fewer: its state,
+	// attempt, result, failure, heartbeat and start and close times are
+	// known.
+	s.stmts.insertNew = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
+		scheduled_at, started_at, ready_at, closed_at, priority,
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'scheduled', 0, NULL, NULL, NULL, ?, 0, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -77,12 +87,14 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	changed := make([]bool, len(writes))
 	var nChanged, nInserted int
 	var newLanes map[store.Lane]int64 // lanes this transaction created, known once it commits
+	var enc policyEncoder
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), err)
 	}
 	defer tx.Rollback()
 	insert := tx.StmtContext(ctx, s.stmts.insert)
+	insertNew := tx.StmtContext(ctx, s.stmts.insertNew)
 	attempt := tx.StmtContext(ctx, s.stmts.attempt)
 	endActivity := tx.StmtContext(ctx, s.stmts.endActivity)
 	runs := runStmts{
@@ -101,10 +113,17 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 					break
 				}
 			}
-			timeouts, _ := json.Marshal(a.Timeouts)
-			retry, _ := json.Marshal(a.Retry)
+			timeouts, retry := enc.timeouts(a.Timeouts), enc.retry(a.Retry)
+			if isNew(&a) {
+				res, err = insertNew.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
+					a.Fingerprint, timeouts, retry, store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.ReadyAt),
+					store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
+					a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State,
+					waitDeadline(&a), lane)
+				break
+			}
 			res, err = insert.ExecContext(ctx, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
-				a.Fingerprint, string(timeouts), string(retry), string(a.State), a.Attempt, a.Result,
+				a.Fingerprint, timeouts, retry, string(a.State), a.Attempt, a.Result,
 				failureJSON(a.Failure), a.HeartbeatDetails,
 				store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.StartedAt), store.UnixNanos(a.ReadyAt), store.UnixNanos(a.ClosedAt),
 				store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
@@ -158,6 +177,42 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	s.mark.advance(c)
 	s.lanes.add(newLanes)
 	return changed, nil
+}
+
+// policyEncoder gives the JSON column forms of timeouts and retry policies,
+// encoding each only when it differs from the one before: the activities
+// of one batch mostly share both.
+type policyEncoder struct {
+	t            store.Timeouts
+	r            store.RetryPolicy
+	tJSON, rJSON string
+	tSeen, rSeen bool
+}
+
+func (e *policyEncoder) timeouts(t store.Timeouts) string {
+	if !e.tSeen || t != e.t {
+		b, _ := json.Marshal(t) // durations always encode
+		e.t, e.tJSON, e.tSeen = t, string(b), true
+	}
+	return e.tJSON
+}
+
+func (e *policyEncoder) retry(r store.RetryPolicy) string {
+	if !e.rSeen || r.InitialInterval != e.r.InitialInterval || r.BackoffCoefficient != e.r.BackoffCoefficient ||
+		r.MaximumInterval != e.r.MaximumInterval || r.MaximumAttempts != e.r.MaximumAttempts ||
+		!slices.Equal(r.NonRetryableErrorTypes, e.r.NonRetryableErrorTypes) {
+		b, _ := json.Marshal(r) // a retry policy always encodes
+		e.r, e.rJSON, e.rSeen = r, string(b), true
+		e.r.NonRetryableErrorTypes = slices.Clone(r.NonRetryableErrorTypes)
+	}
+	return e.rJSON
+}
+
+// isNew reports whether a is as Schedule makes it: scheduled, never
+// started, with nothing recorded of any attempt, so insertNew fits it.
+func isNew(a *store.Activity) bool {
+	return a.State == store.StateScheduled && a.Attempt == 0 && a.Result == nil && a.Failure == nil &&
+		a.HeartbeatDetails == nil && a.StartedAt.IsZero() && a.ClosedAt.IsZero()
 }
 
 // GetActivity implements store.ActivityStore.
