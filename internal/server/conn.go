@@ -46,12 +46,6 @@ func connectionOptions(c ConnLimits) []grpc.ServerOption {
 	// reads opens its call's window to its whole size.
 	opts = append(opts, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20))
 	opts = append(opts, grpc.ReadBufferSize(readBuffer))
-	// No HPACK dynamic table for what callers send: with gRPC's 4 KiB table
-	// each connection keeps the headers of its calls (the bearer token
-	// among them) for as long as it lives, about 1.4 KiB a connection,
-	// while a worker's connection carries one call. A caller's headers
-	// then travel literally (Huffman-coded) on every call.
-	opts = append(opts, grpc.HeaderTableSize(0))
 	return append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionIdle: c.GRPCIdleTimeout, // 0 is grpc's "infinity"
 		Time:              keepaliveTime,
