@@ -180,10 +180,12 @@ type refusedKey struct{}
 // must not block.
 //
 // The decision itself runs on a goroutine of its own, which the reading
-// goroutine waits for: authentication calls deep, and a goroutine's stack,
-// once grown, shrinks only while it is at most a quarter used. The reading
-// goroutine lives as long as its connection and, parked, uses about 1.4 KiB
-// of stack: deciding on it grows its stack from 4 to 8 KiB for good.
+// goroutine waits for: deciding (authentication, authorization, the
+// receive rate) calls deeper than the reading goroutine otherwise goes, and
+// a goroutine's stack, once grown, shrinks only while it is at most a
+// quarter used. The reading goroutine lives as long as its connection and,
+// parked, uses about 1.4 KiB of stack: deciding on it would grow its stack
+// from 4 to 8 KiB for good.
 //
 // It decides there, but a refusal is carried in the call's context and
 // answered by the handler wrapper before the body is read (see refusal),
