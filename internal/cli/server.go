@@ -182,7 +182,7 @@ refused as by 'aion server' (see --accept-data-loss).`
 		"a call from a caller past it is refused from its headers (ResourceExhausted, with when to retry) (0: no limit)")
 	bindEnv(fl, "max-receive-rate", "AION_MAX_RECEIVE_RATE")
 	fl.Int64Var(&f.memoryLimitMiB, "memory-limit", 0, "MiB: the Go runtime's soft memory limit; nearing it, the garbage collector runs more often and returns memory sooner "+
-		"(not a cap: past it the server goes on, collecting with up to half its CPU) (0: leave GOMEMLIMIT, or none)")
+		"(not a cap: below what the server holds live the collector runs without pause; set it above that) (0: leave GOMEMLIMIT, or none)")
 	bindEnv(fl, "memory-limit", "AION_MEMORY_LIMIT")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")

@@ -82,9 +82,10 @@ type Config struct {
 	// MemoryLimit, when positive, is the Go runtime's soft memory limit in
 	// bytes (runtime/debug.SetMemoryLimit), set by Run: as the process's
 	// Go memory nears it, the garbage collector runs more often and returns
-	// freed memory to the system sooner. It is not a cap: past it the server
-	// goes on, collecting with up to about half its CPU. Zero leaves the
-	// runtime's limit as it is (GOMEMLIMIT from the environment, or none).
+	// freed memory to the system sooner. It is not a cap: set below what the
+	// server holds live it cannot be kept, and the collector then runs
+	// without pause. Zero leaves the runtime's limit as it is (GOMEMLIMIT
+	// from the environment, or none).
 	MemoryLimit int64
 	// MaxNamespaces caps the namespaces the server holds: minting or
 	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
