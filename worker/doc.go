@@ -15,6 +15,24 @@
 //	})
 //	err = w.Run(ctx) // until ctx is canceled; then drains gracefully
 //
+// # Many workers in one process
+//
+// Each Worker dials a connection of its own. Workers of one process can
+// instead share one: dial it once with Dial and give it to each as
+// Options.Conn (New's address then empty). Each worker keeps its own
+// stream, registration and token; on the server a shared connection costs
+// a small part of what a connection a worker does (docs/benchmarks.md,
+// "Memory per connected worker"). A server takes at most
+// --grpc-max-streams (1,000 by default) streams on one connection.
+//
+//	cc, err := worker.Dial("127.0.0.1:50051")
+//	if err != nil { ... }
+//	defer cc.Close() // after every Run returned
+//	for _, q := range queues {
+//		w, err := worker.New("", worker.Options{Namespaces: []string{"demo"}, TaskQueue: q, Conn: cc})
+//		...
+//	}
+//
 // # Payloads
 //
 // Inputs and results are JSON: RegisterActivity decodes the payload into the

@@ -83,15 +83,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	defer w.stopWorkflows()
 
-	conn, err := w.dial()
-	if err != nil {
-		w.cancelHandlers(nil)
-		return fmt.Errorf("worker: dial %s: %w", w.address, err)
+	cc := w.opts.Conn
+	if cc == nil {
+		conn, err := w.dial()
+		if err != nil {
+			w.cancelHandlers(nil)
+			return fmt.Errorf("worker: dial %s: %w", w.address, err)
+		}
+		defer conn.Close()
+		cc = conn
 	}
-	defer conn.Close()
-	wc := aionv1.NewWorkerServiceClient(conn)
+	wc := aionv1.NewWorkerServiceClient(cc)
 
-	err = w.loop(ctx, wc)
+	err := w.loop(ctx, wc)
 
 	// Nothing may outlive Run: cancel whatever still runs and wait for it.
 	w.cancelHandlers(ErrWorkerStopping)
@@ -198,9 +202,9 @@ func (w *Worker) session(ctx context.Context, wc aionv1.WorkerServiceClient) (en
 	// The stream outlives ctx: a stopping worker still needs it to drain.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stream, err := wc.Connect(sctx)
+	stream, err := wc.Connect(sctx, w.connectOptions()...)
 	if err != nil {
-		return classify(err), false, fmt.Errorf("worker: connect to %s: %w", w.address, err)
+		return classify(err), false, fmt.Errorf("worker: connect to %s: %w", w.server(), err)
 	}
 
 	// Register goes out before the sender starts: nothing else may precede it.

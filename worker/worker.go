@@ -82,6 +82,17 @@ type Options struct {
 	// credentials, the token), so they can override them, for example with
 	// grpc.WithTransportCredentials for TLS.
 	DialOptions []grpc.DialOption
+	// Conn, when set, is the connection the worker opens its stream on,
+	// instead of dialing an address of its own (New's address must then
+	// be empty, and DialOptions unset: set them in Dial). Workers of one
+	// process given one Conn from Dial share a single HTTP/2 connection,
+	// a stream each, which costs the server much less memory per worker
+	// than a connection each (docs/benchmarks.md). Token is still sent, on
+	// the worker's stream. The caller owns Conn: Run does not close it,
+	// and gRPC reconnects it after a loss. A server takes at most
+	// --grpc-max-streams (1,000 by default) calls and streams at once on
+	// one connection; a worker past it waits for one to end.
+	Conn grpc.ClientConnInterface
 
 	// Logger receives connection events and per-attempt debug lines;
 	// default slog.Default().
@@ -203,9 +214,16 @@ type Worker struct {
 // target), or for a cluster's servers listed as "host1:port,host2:port,…":
 // the worker connects to one of them, in a random order, and after losing it
 // reconnects to another. It does not connect; Run does.
+//
+// With Options.Conn, address is empty: the worker uses that connection.
 func New(address string, opts Options) (*Worker, error) {
-	if address == "" {
+	switch {
+	case opts.Conn == nil && address == "":
 		return nil, errors.New("worker: address is empty")
+	case opts.Conn != nil && address != "":
+		return nil, fmt.Errorf("worker: address %q and Options.Conn both set; want one", address)
+	case opts.Conn != nil && len(opts.DialOptions) > 0:
+		return nil, errors.New("worker: Options.DialOptions set with Options.Conn; give them to Dial, which makes the connection")
 	}
 	if len(opts.Namespaces) == 0 {
 		return nil, errors.New("worker: Options.Namespaces: at least one namespace is required")
@@ -588,4 +606,34 @@ func (w *Worker) cancelRunning(cause error) {
 // dial opens the client connection.
 func (w *Worker) dial() (*grpc.ClientConn, error) {
 	return target.DialSDK(w.address, w.opts.Token, w.opts.DialOptions...)
+}
+
+// Dial returns a connection for Options.Conn, to the server at address (as
+// New takes it), with the SDK's defaults: plain gRPC unless opts pass
+// transport credentials (grpc.WithTransportCredentials for TLS), and
+// messages as large as the wire limits allow. It does not connect; the
+// first worker's Run does. Close it once the workers' Run calls returned.
+func Dial(address string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if address == "" {
+		return nil, errors.New("worker: address is empty")
+	}
+	return target.DialSDK(address, "", opts...)
+}
+
+// connectOptions are the call options of the worker's stream: its token,
+// when it shares a connection dialed without one.
+func (w *Worker) connectOptions() []grpc.CallOption {
+	if w.opts.Conn == nil || w.opts.Token == "" {
+		return nil
+	}
+	return []grpc.CallOption{grpc.PerRPCCredentials(target.BearerToken(w.opts.Token))}
+}
+
+// server names the server in errors: its address, or the shared
+// connection's target.
+func (w *Worker) server() string {
+	if t, ok := w.opts.Conn.(interface{ Target() string }); ok && w.address == "" {
+		return t.Target()
+	}
+	return w.address
 }

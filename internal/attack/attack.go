@@ -115,6 +115,10 @@ type Options struct {
 	MaxRequests int
 	// Workers is how many workers to connect and hold (workers).
 	Workers int
+	// Connections, when positive, is how many TCP connections the workers
+	// share, worker i a stream on connection i mod Connections; 0 gives
+	// each worker a connection of its own (workers).
+	Connections int
 	// ProfileDir, when set, receives the server's heap and goroutine
 	// profiles with every worker connected (workers).
 	ProfileDir string
@@ -175,6 +179,8 @@ func (o *Options) validate() error {
 			o.IdleConns, o.SlowReaders, o.SSEClients)
 	case o.Workers < 1 || o.Workers > 15000:
 		return fmt.Errorf("--workers %d: want 1 to 15000", o.Workers)
+	case o.Connections < 0 || o.Connections > o.Workers:
+		return fmt.Errorf("--connections %d: want 0 (a connection per worker) to --workers (%d)", o.Connections, o.Workers)
 	case o.MaxRequests < 1:
 		return fmt.Errorf("--max-requests %d: want at least 1", o.MaxRequests)
 	}
@@ -450,7 +456,8 @@ func (r Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "stalled #%d:  held %.1f s, %d pings, %s, %s, attempt retried: %v\n", i+1, s.HeldForS, s.Pings, dropped, ended, s.Retried)
 	}
 	if cw := r.Workers; cw != nil {
-		fmt.Fprintf(w, "workers:     %d asked, %d registered, %d counted by the server after %.1f s\n", cw.Asked, cw.Registered, cw.Counted, cw.ConnectS)
+		fmt.Fprintf(w, "workers:     %d asked, %d registered, %d counted by the server after %.1f s, on %d connections\n",
+			cw.Asked, cw.Registered, cw.Counted, cw.ConnectS, cw.Connections)
 		for _, m := range []struct {
 			label string
 			m     ServerMemory

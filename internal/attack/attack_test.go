@@ -55,6 +55,10 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		kind attack.Kind
+		// name tells apart runs of one kind; the kind when empty.
+		name string
+		// edit changes the run's options, when set.
+		edit func(*attack.Options)
 		// want are outcome labels (prefixes) the attack must have counted.
 		want  []string
 		check func(t *testing.T, r attack.Report)
@@ -81,6 +85,9 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				if w.Before.RSSMB <= 0 || w.Held.RSSMB <= 0 || w.Held.Goroutines <= w.Before.Goroutines || w.GoroutinesPerWorker < 1 {
 					t.Errorf("workers %+v: want RSS readings and at least a goroutine a worker more when held", w)
 				}
+				if w.Connections != 50 {
+					t.Errorf("workers %+v: want 50 connections, one a worker", w)
+				}
 				if len(w.Profiles) != 2 {
 					t.Errorf("profiles %v: want the heap and goroutine profiles written", w.Profiles)
 				}
@@ -88,6 +95,22 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 					if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 						t.Errorf("profile %s: %v, want a non-empty file", p, err)
 					}
+				}
+			}},
+		{kind: attack.ConnectedWorkers, name: "workers sharing connections", edit: func(o *attack.Options) { o.Connections = 5 },
+			want: []string{"register: OK"},
+			check: func(t *testing.T, r attack.Report) {
+				w := r.Workers
+				if w == nil {
+					t.Fatal("no workers figures in the report")
+				}
+				if w.Registered != 50 || w.Counted != 50 || w.Connections != 5 {
+					t.Errorf("workers %+v: want 50 registered and counted, on 5 connections", w)
+				}
+				// A stream's handler a worker, and gRPC's three goroutines a
+				// connection: 1.3 a worker, where a connection each costs 4.
+				if w.GoroutinesPerWorker < 1 || w.GoroutinesPerWorker > 2 {
+					t.Errorf("workers %+v: want 1 to 2 goroutines a worker on shared connections", w)
 				}
 			}},
 		{kind: attack.Connections, want: []string{"idle gRPC: ", "slow reader: ", "event stream: "},
@@ -103,9 +126,17 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				}
 			}},
 	} {
-		t.Run(string(tc.kind), func(t *testing.T) {
+		name := tc.name
+		if name == "" {
+			name = string(tc.kind)
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r, err := attack.Run(context.Background(), short(t, tc.kind))
+			o := short(t, tc.kind)
+			if tc.edit != nil {
+				tc.edit(&o)
+			}
+			r, err := attack.Run(context.Background(), o)
 			if err != nil {
 				t.Fatalf("run: %v\nreport: %+v", err, r)
 			}
@@ -164,6 +195,8 @@ func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 		{"no rate", func(o *attack.Options) { o.Rate = 0 }, "--rate 0"},
 		{"body past the gRPC limit", func(o *attack.Options) { o.LargeBytes = 64 << 20 }, "--large-bytes 67108864"},
 		{"no workers", func(o *attack.Options) { o.Workers = 0 }, "--workers 0"},
+		{"more connections than workers", func(o *attack.Options) { o.Workers, o.Connections = 10, 11 }, "--connections 11"},
+		{"negative connections", func(o *attack.Options) { o.Connections = -1 }, "--connections -1"},
 		{"too many connections", func(o *attack.Options) { o.IdleConns = 20000 }, "--idle-conns 20000"},
 		{"no command", func(o *attack.Options) { o.Command = nil }, "command"},
 		{"server arg moving the listener", func(o *attack.Options) { o.ServerArgs = []string{"--grpc-addr=0.0.0.0:50051"} },

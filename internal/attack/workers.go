@@ -31,6 +31,8 @@ type Workers struct {
 	Asked      int `json:"asked"`
 	Registered int `json:"registered"`
 	Counted    int `json:"counted"`
+	// Connections is how many TCP connections the workers were on.
+	Connections int `json:"connections"`
 	// ConnectS is the time from the first dial to the server counting
 	// every registered worker.
 	ConnectS float64 `json:"connect_s"`
@@ -61,19 +63,21 @@ type ServerMemory struct {
 	Goroutines int `json:"goroutines"`
 }
 
-// idleWorker is one connected worker: its own connection and stream.
+// idleWorker is one connected worker: its stream, and the connection it
+// owns (nil when it shares one).
 type idleWorker struct {
 	cc     *grpc.ClientConn
 	stream grpc.ClientStream
 }
 
 // connectedWorkers connects o.Workers workers, each on its own TCP
-// connection, registered in the attacker's namespace on a queue nothing is
+// connection or, with o.Connections, as streams spread over that many
+// shared ones; registered in the attacker's namespace on a queue nothing is
 // scheduled on; waits until the server's gauge counts them; and holds them,
 // pinging as the server asks, until the attack's end. It reads the server's
 // memory before the first connects and with all of them held.
 func connectedWorkers(ctx context.Context, e *env) {
-	w := &Workers{Asked: e.o.Workers}
+	w := &Workers{Asked: e.o.Workers, Connections: e.o.Workers}
 	defer func() {
 		e.mu.Lock()
 		e.workers = w
@@ -92,13 +96,30 @@ func connectedWorkers(ctx context.Context, e *env) {
 		workers []*idleWorker
 		ping    atomic.Int64 // the ping interval the server asked for, in nanoseconds
 		readers sync.WaitGroup
+		shared  []*grpc.ClientConn
 	)
 	defer func() {
 		for _, iw := range workers {
-			iw.cc.Close() // ends its reader
+			if iw.cc != nil {
+				iw.cc.Close() // ends its reader
+			}
+		}
+		for _, cc := range shared {
+			cc.Close() // ends the readers of its streams
 		}
 		readers.Wait()
 	}()
+	if n := e.o.Connections; n > 0 {
+		w.Connections = n
+		for range n {
+			cc, err := dialIdle(e)
+			if err != nil {
+				e.failed(ctx, "dial", err)
+				return
+			}
+			shared = append(shared, cc)
+		}
+	}
 	// The pinger keeps every worker inside its heartbeat window from the
 	// moment it registered: one pass over those registered so far each
 	// ping interval the server asked for, spread over the interval in a
@@ -138,7 +159,11 @@ func connectedWorkers(ctx context.Context, e *env) {
 		dialers.Go(func() {
 			for i := range next {
 				e.tally.sent.Add(1)
-				iw, interval, err := registerIdle(ctx, e, i)
+				var cc *grpc.ClientConn
+				if len(shared) > 0 {
+					cc = shared[i%len(shared)]
+				}
+				iw, interval, err := registerIdle(ctx, e, i, cc)
 				if err != nil {
 					e.failed(ctx, "register", err)
 					continue
@@ -210,23 +235,37 @@ func connectedWorkers(ctx context.Context, e *env) {
 	}
 }
 
-// registerIdle connects worker i on a connection of its own and registers
-// it; it returns the ping interval the server asked for.
-func registerIdle(ctx context.Context, e *env, i int) (*idleWorker, time.Duration, error) {
+// dialIdle makes a connection for idle workers.
+func dialIdle(e *env) (*grpc.ClientConn, error) {
 	// Small buffers on the attack's side: ten thousand connections with
 	// gRPC's 32 KiB read and write buffers each would cost the attack more
 	// than the server it measures.
-	cc, err := dial("passthrough:///"+e.srv.grpcAddr, e.srv.keys.attackWorker,
+	return dial("passthrough:///"+e.srv.grpcAddr, e.srv.keys.attackWorker,
 		grpc.WithReadBufferSize(4096), grpc.WithWriteBufferSize(4096))
-	if err != nil {
-		return nil, 0, err
+}
+
+// registerIdle registers worker i, on shared when it is not nil, else on a
+// connection of its own; it returns the ping interval the server asked for.
+func registerIdle(ctx context.Context, e *env, i int, shared *grpc.ClientConn) (*idleWorker, time.Duration, error) {
+	cc, own := shared, (*grpc.ClientConn)(nil)
+	if cc == nil {
+		var err error
+		if cc, err = dialIdle(e); err != nil {
+			return nil, 0, err
+		}
+		own = cc
+	}
+	closeOwn := func() {
+		if own != nil {
+			own.Close()
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// The stream lives as long as its connection: its context is not sctx.
 	st, err := cc.NewStream(context.WithoutCancel(ctx), &aionv1.WorkerService_ServiceDesc.Streams[0], connectMethod)
 	if err != nil {
-		cc.Close()
+		closeOwn()
 		return nil, 0, err
 	}
 	reg := &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Register{Register: &aionv1.Register{
@@ -255,10 +294,10 @@ func registerIdle(ctx context.Context, e *env, i int) (*idleWorker, time.Duratio
 		err = sctx.Err()
 	}
 	if err != nil {
-		cc.Close()
+		closeOwn()
 		return nil, 0, err
 	}
-	return &idleWorker{cc: cc, stream: st}, m.GetRegisterAck().GetPingInterval().AsDuration(), nil
+	return &idleWorker{cc: own, stream: st}, m.GetRegisterAck().GetPingInterval().AsDuration(), nil
 }
 
 // serverMemory reads the server's RSS and its Go runtime's figures; with

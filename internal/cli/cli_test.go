@@ -141,6 +141,10 @@ func TestServerConfigPrecedence(t *testing.T) {
 		{"namespace caps", "server", map[string]string{"AION_MAX_NAMESPACES": "50", "AION_MAX_MINT_PER_REQUEST": "7"},
 			[]string{"--max-mint-per-request", "0"},
 			func(c *server.Config) { c.MaxNamespaces, c.MaxMintPerRequest = 50, 0 }},
+		{"memory limit from env", "server", map[string]string{"AION_MEMORY_LIMIT": "300"}, nil,
+			func(c *server.Config) { c.MemoryLimit = 300 << 20 }},
+		{"memory limit flag beats env", "dev", map[string]string{"AION_MEMORY_LIMIT": "300"}, []string{"--memory-limit", "512"},
+			func(c *server.Config) { c.Dev, c.DataDir, c.MemoryLimit = true, "./.aion", 512<<20 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got server.Config
@@ -180,6 +184,7 @@ func TestServerFlagsAreChecked(t *testing.T) {
 		{[]string{"--max-pending-per-namespace", "-2"}, nil, "--max-pending-per-namespace -2"},
 		{[]string{"--max-in-flight-per-namespace", "-4"}, nil, "--max-in-flight-per-namespace -4"},
 		{[]string{"--max-receive-memory", "8"}, nil, "--max-receive-memory 8: want at least 16"},
+		{[]string{"--memory-limit", "-1"}, nil, "--memory-limit -1: must not be negative"},
 		{[]string{"--lease", "100ms"}, nil, "--lease 100ms: want at least 300ms"},
 		{[]string{"--store", "mysql://db/aion"}, nil, `--store "mysql://db/aion"`},
 		{[]string{"--server-name", "a b"}, nil, `--server-name: "a b"`},

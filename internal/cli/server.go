@@ -52,6 +52,7 @@ type serverFlags struct {
 	lease             time.Duration
 	reapInterval      time.Duration
 	maxReceiveMiB     int64
+	memoryLimitMiB    int64
 	tokens            []auth.APIKey
 	limits            limitFlags
 }
@@ -72,6 +73,7 @@ func (f *serverFlags) config(dev bool) (server.Config, error) {
 	cfg.ReapInterval = f.reapInterval
 	cfg.MaxReceiveMemory = f.maxReceiveMiB << 20
 	cfg.MaxReceiveRate = f.maxReceiveRateMiB << 20
+	cfg.MemoryLimit = f.memoryLimitMiB << 20
 	f.limits.apply(&cfg)
 	return cfg, cfg.Validate()
 }
@@ -179,6 +181,9 @@ refused as by 'aion server' (see --accept-data-loss).`
 	fl.Int64Var(&f.maxReceiveRateMiB, "max-receive-rate", defaults.MaxReceiveRate>>20, "MiB a second of requests one authenticated caller may send (worker streams aside; not applied with --auth none), with a burst of one second's worth; "+
 		"a call from a caller past it is refused from its headers (ResourceExhausted, with when to retry) (0: no limit)")
 	bindEnv(fl, "max-receive-rate", "AION_MAX_RECEIVE_RATE")
+	fl.Int64Var(&f.memoryLimitMiB, "memory-limit", 0, "MiB: the Go runtime's soft memory limit; nearing it, the garbage collector runs more often and returns memory sooner "+
+		"(not a cap: below what the server holds live the collector runs without pause; set it above that) (0: leave GOMEMLIMIT, or none)")
+	bindEnv(fl, "memory-limit", "AION_MEMORY_LIMIT")
 	fl.DurationVar(&f.lease, "lease", defaults.Lease, "cluster lease: a server silent this long is declared lost and its running attempts are retried elsewhere")
 	bindEnv(fl, "lease", "AION_LEASE")
 	fl.DurationVar(&f.reapInterval, "reap-interval", defaults.ReapInterval,

@@ -79,6 +79,14 @@ type Config struct {
 	// streams are not counted, nor any caller when auth is "none" (all
 	// callers are one anonymous caller then). Zero means no limit.
 	MaxReceiveRate int64
+	// MemoryLimit, when positive, is the Go runtime's soft memory limit in
+	// bytes (runtime/debug.SetMemoryLimit), set by Run: as the process's
+	// Go memory nears it, the garbage collector runs more often and returns
+	// freed memory to the system sooner. It is not a cap: set below what the
+	// server holds live it cannot be kept, and the collector then runs
+	// without pause. Zero leaves the runtime's limit as it is (GOMEMLIMIT
+	// from the environment, or none).
+	MemoryLimit int64
 	// MaxNamespaces caps the namespaces the server holds: minting or
 	// creating one more is ResourceExhausted; 0 means no cap. In a cluster
 	// each server counts what it knows of, so the cap is approximate.
@@ -252,6 +260,7 @@ func (c Config) Validate() error {
 		{"--max-pending-bytes-per-namespace", c.MaxPendingBytesPerNamespace},
 		{"--max-list-bytes", int64(c.MaxListBytes)},
 		{"--max-receive-rate", c.MaxReceiveRate >> 20},
+		{"--memory-limit", c.MemoryLimit >> 20},
 	} {
 		if n.value < 0 {
 			bad("%s %d: must not be negative (0: no cap)", n.flag, n.value)

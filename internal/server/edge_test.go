@@ -266,14 +266,19 @@ func TestMultibyteTextNeverBreaksAView(t *testing.T) {
 }
 
 // TestMalformedFramesAreInvalidArgument: bytes that are not a message end a
-// worker stream, and fail a unary call, with InvalidArgument.
+// worker stream, and fail a unary call, with InvalidArgument; a worker
+// frame as small as a ping (decoded on the stream's handler) and a larger
+// one (decoded on a goroutine of its own) alike.
 func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	garbage := []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f} // a length running past the end
-	if err := b.streamRaw(t, [][]byte{garbage}); status.Code(err) != codes.InvalidArgument ||
-		!strings.Contains(err.Error(), "WorkerMessage does not decode") {
-		t.Fatalf("worker stream with a malformed frame: %v; want InvalidArgument", err)
+	garbage := []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}           // a length running past the end
+	large := append([]byte{0x0a, 0xc8, 0x01}, make([]byte, 100)...) // 200 bytes announced, 100 sent
+	for _, frame := range [][]byte{garbage, large} {
+		if err := b.streamRaw(t, [][]byte{frame}); status.Code(err) != codes.InvalidArgument ||
+			!strings.Contains(err.Error(), "WorkerMessage does not decode") {
+			t.Fatalf("worker stream with a malformed frame of %d bytes: %v; want InvalidArgument", len(frame), err)
+		}
 	}
 	if err := callRaw(context.Background(), b.cc, "/aion.v1.ActivityService/Schedule", garbage); status.Code(err) != codes.InvalidArgument ||
 		!strings.Contains(err.Error(), "ScheduleRequest does not decode") {

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -613,6 +614,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.Dev {
 		log.Warn("dev mode: authorization is off, every caller may use every namespace", "data_dir", cfg.DataDir)
+	}
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+		log.Info("soft memory limit set", "bytes", cfg.MemoryLimit)
 	}
 	s, err := New(ctx, cfg, log)
 	if err != nil {

@@ -42,7 +42,11 @@ type workerService struct {
 
 // A worker stream costs the server, besides gRPC's own goroutines for its
 // connection, one goroutine while it is idle: its handler, which reads the
-// stream. A writer goroutine runs only while frames wait to be sent. The
+// stream. A writer goroutine runs only while frames wait to be sent. Work
+// that calls deep (the registration, a result) runs on a short-lived
+// goroutine the handler waits for, so the handler's stack stays at 8 KiB:
+// a stack grown once shrinks only while it is at most a quarter used, and a
+// handler parked in Recv uses about 6 KiB of it. The
 // sweeper, shutdown, an expiring credential or a failed send end the stream
 // by writing its status on the transport (after the writer has sent what was
 // queued): that ends the handler's Recv, and the handler returns the same
@@ -290,37 +294,18 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 	}
 	c.lastSeen.Store(time.Now().UnixNano())
 
-	// Either the first frame or the registration deadline comes first;
-	// decided exactly once.
-	var decided atomic.Bool
-	late := status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
-	deadline := time.AfterFunc(registerWithin, func() {
-		if decided.CompareAndSwap(false, true) {
-			c.end(late)
-		}
-	})
-	first, err := stream.Recv()
-	deadline.Stop()
-	if !decided.CompareAndSwap(false, true) {
-		return late
+	// The registration runs on a goroutine of its own: it calls deep (the
+	// Register frame's decoding, the registry, logging, the first
+	// dispatch), and the handler's stack, kept for the stream's whole life,
+	// would otherwise stay sized for it (a stack shrinks only while it is at
+	// most a quarter used, and a parked handler uses about 6 KiB).
+	done := make(chan registration, 1)
+	go func() { done <- ws.registerStream(ctx, c) }()
+	r := <-done
+	if r.err != nil {
+		return r.err
 	}
-	if err != nil {
-		return recvStatus(err)
-	}
-	reg := first.GetRegister()
-	if reg == nil {
-		return status.Errorf(codes.InvalidArgument, "first frame: got %s, want register", frameKind(first))
-	}
-	spec, err := specFromProto(reg)
-	if err != nil {
-		return toStatus(fmt.Errorf("register: %w", err))
-	}
-	spec.Delivery = c
-	tok, err := s.reg.Accept(ctx, s.caller(ctx), spec)
-	if err != nil {
-		return toStatus(err)
-	}
-	w := tok.Worker()
+	tok, w := r.tok, r.tok.Worker()
 	if id, ok := identityFrom(ctx); ok && !id.Expires.IsZero() {
 		// A credential that expires ends the stream a grace period later;
 		// the worker reconnects with a fresh one.
@@ -331,7 +316,6 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		})
 		defer expire.Stop()
 	}
-	s.track(w.ID(), c)
 	reason := registry.Reason("")
 	defer func() {
 		// Leave first, so the departure is published while shutdown still
@@ -344,22 +328,6 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		s.eng.WorkerLeft(w)
 		s.untrack(w.ID())
 	}()
-	s.log.Info("worker connected", "worker", w.ID(), "namespaces", spec.Namespaces, "task_queue", spec.TaskQueue,
-		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)
-
-	// The worker became selectable inside Accept, so a task may already be
-	// queued; the ack still goes first (the writer is held until it is).
-	window := s.cfg.HeartbeatWindow
-	c.mu.Lock()
-	c.out = slices.Insert(c.out, 0, &aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
-		WorkerId:        uint64(w.ID()),
-		HeartbeatWindow: durationpb.New(window),
-		PingInterval:    durationpb.New(window / 3),
-	}}})
-	c.queued.Add(1)
-	c.mu.Unlock()
-	c.release()
-	s.eng.WorkerJoined(w)
 
 	for {
 		m, err := stream.Recv()
@@ -385,11 +353,91 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 			return e.err
 		}
 		c.lastSeen.Store(time.Now().UnixNano())
-		if err := s.handleFrame(c, w, m); err != nil {
+		if err := s.handleFrameAside(c, w, m); err != nil {
 			c.finish(&s.bg)
 			return err
 		}
 	}
+}
+
+// handleFrameAside acts on one frame as handleFrame does. A ping is
+// answered on the handler; any other frame is handled on a goroutine of its
+// own that the handler waits for, so frames are still handled one at a
+// time and in order. Handling a result calls deep (the engine, the next
+// task's dispatch): on the handler it would leave the stream a 16 KiB stack
+// for its whole life where 8 KiB do.
+func (s *Server) handleFrameAside(c *conn, w *registry.Worker, m *aionv1.WorkerMessage) error {
+	if m.GetPing() != nil {
+		return s.handleFrame(c, w, m)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.handleFrame(c, w, m) }()
+	return <-done
+}
+
+// registration is how a stream's registration ended: the registry's token
+// of the worker, or the status that ends the stream.
+type registration struct {
+	tok *registry.Registration
+	err error
+}
+
+// registerStream reads the Register frame (or ends the stream when none
+// comes within registerWithin), registers the worker, and queues its
+// RegisterAck ahead of any task. On success the worker is tracked and the
+// engine told it joined; the caller then owns the token and undoes both.
+func (ws *workerService) registerStream(ctx context.Context, c *conn) registration {
+	s := ws.s
+	fail := func(err error) registration { return registration{err: err} }
+	// Either the first frame or the registration deadline comes first;
+	// decided exactly once.
+	var decided atomic.Bool
+	late := status.Errorf(codes.DeadlineExceeded, "no Register frame within %v of connecting", registerWithin)
+	deadline := time.AfterFunc(registerWithin, func() {
+		if decided.CompareAndSwap(false, true) {
+			c.end(late)
+		}
+	})
+	first, err := c.stream.Recv()
+	deadline.Stop()
+	if !decided.CompareAndSwap(false, true) {
+		return fail(late)
+	}
+	if err != nil {
+		return fail(recvStatus(err))
+	}
+	reg := first.GetRegister()
+	if reg == nil {
+		return fail(status.Errorf(codes.InvalidArgument, "first frame: got %s, want register", frameKind(first)))
+	}
+	spec, err := specFromProto(reg)
+	if err != nil {
+		return fail(toStatus(fmt.Errorf("register: %w", err)))
+	}
+	spec.Delivery = c
+	tok, err := s.reg.Accept(ctx, s.caller(ctx), spec)
+	if err != nil {
+		return fail(toStatus(err))
+	}
+	w := tok.Worker()
+	s.track(w.ID(), c)
+	s.log.Info("worker connected", "worker", w.ID(), "namespaces", spec.Namespaces, "task_queue", spec.TaskQueue,
+		"node", spec.Node, "slots", spec.Slots, "peer", c.peer)
+
+	// The worker became selectable inside Accept, so a task may already be
+	// queued; the ack still goes first (the writer is held until it is).
+	window := s.cfg.HeartbeatWindow
+	c.mu.Lock()
+	c.out = slices.Insert(c.out, 0, &aionv1.ServerMessage{Message: &aionv1.ServerMessage_RegisterAck{RegisterAck: &aionv1.RegisterAck{
+		WorkerId:        uint64(w.ID()),
+		HeartbeatWindow: durationpb.New(window),
+		PingInterval:    durationpb.New(window / 3),
+	}}})
+	c.queued.Add(1)
+	c.mu.Unlock()
+	c.release()
+	s.eng.WorkerJoined(w)
+	return registration{tok: tok}
 }
 
 func orDefault(r, d registry.Reason) registry.Reason {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,5 +46,50 @@ func TestWorkerStreamWriterRunsOnlyWhileFramesWait(t *testing.T) {
 			}
 		}
 		waitIdle(t, b, w.id, "after the pongs")
+	}
+}
+
+// TestWorkerFramesAreAnsweredInOrderWhateverTheirSize interleaves pings,
+// which the handler answers itself, with heartbeats small and large, which
+// are decoded and handled on goroutines of their own: the answers still
+// come one for each frame, in the order the frames were sent.
+func TestWorkerFramesAreAnsweredInOrderWhateverTheirSize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.mustConnect(t, &aionv1.Register{Namespaces: []string{"order"}, ActivityTypes: []string{"x"}, Slots: 1})
+	type frame struct {
+		name string
+		msg  *aionv1.WorkerMessage
+		// answers reports whether m is this frame's answer.
+		answers func(m *aionv1.ServerMessage) bool
+	}
+	var frames []frame
+	for i := range 30 {
+		if i%3 == 0 {
+			nonce := uint64(i)
+			frames = append(frames, frame{fmt.Sprintf("ping %d", i),
+				&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Ping{Ping: &aionv1.Ping{Nonce: nonce}}},
+				func(m *aionv1.ServerMessage) bool { return m.GetPong() != nil && m.GetPong().GetNonce() == nonce }})
+			continue
+		}
+		id := fmt.Sprintf("a%d", i)
+		details := []byte("x")
+		if i%3 == 2 {
+			details = make([]byte, 4096) // far larger than a ping
+		}
+		frames = append(frames, frame{fmt.Sprintf("heartbeat %d (%d bytes of details)", i, len(details)),
+			&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityHeartbeat{ActivityHeartbeat: &aionv1.ActivityHeartbeat{
+				Namespace: "order", ActivityId: id, Attempt: 1, Details: details}}},
+			func(m *aionv1.ServerMessage) bool { return m.GetHeartbeatAck().GetActivityId() == id }})
+	}
+	for _, f := range frames {
+		if err := w.stream.Send(f.msg); err != nil {
+			t.Fatalf("send %s: %v", f.name, err)
+		}
+	}
+	for _, f := range frames {
+		if m := w.recv(); !f.answers(m) {
+			t.Fatalf("got %v; want the answer to %s, in the order sent", m, f.name)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/aion-run/aion/internal/limit"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -32,6 +33,10 @@ func DialSDK(address, token string, opts ...grpc.DialOption) (*grpc.ClientConn, 
 	}
 	return Dial(address, append(dial, opts...)...)
 }
+
+// BearerToken returns call credentials that send "authorization: Bearer
+// <token>", for a call on a connection dialed without them.
+func BearerToken(token string) credentials.PerRPCCredentials { return bearerToken(token) }
 
 // bearerToken sends "authorization: Bearer <token>" with every call.
 type bearerToken string
