@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -26,6 +27,9 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	pres *presence
+	// conns holds the backend process IDs of the pool's connections, so a
+	// notice this store sent is told from one another store sent.
+	conns *backends
 }
 
 var _ store.Store = (*Store)(nil)
@@ -51,16 +55,60 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// the database.
 		cfg.MaxConns = defaultMaxConns
 	}
+	conns := &backends{pids: make(map[uint32]int)}
+	after, before := cfg.AfterConnect, cfg.BeforeClose
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		conns.add(c.PgConn().PID())
+		return nil
+	}
+	cfg.BeforeClose = func(c *pgx.Conn) {
+		conns.remove(c.PgConn().PID())
+		if before != nil {
+			before(c)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
-	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}}
+	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}, conns: conns}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	return s, nil
+}
+
+// backends is a set of backend process IDs. PostgreSQL gives each live
+// session its own, so the set names this pool's sessions exactly.
+type backends struct {
+	mu   sync.Mutex
+	pids map[uint32]int
+}
+
+func (b *backends) add(pid uint32) {
+	b.mu.Lock()
+	b.pids[pid]++
+	b.mu.Unlock()
+}
+
+func (b *backends) remove(pid uint32) {
+	b.mu.Lock()
+	if b.pids[pid]--; b.pids[pid] <= 0 {
+		delete(b.pids, pid)
+	}
+	b.mu.Unlock()
+}
+
+func (b *backends) has(pid uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pids[pid] > 0
 }
 
 // defaultMaxConns is the connection pool's size unless the DSN sets
@@ -316,6 +364,13 @@ var migrations = []string{
 	// read each key's oldest runs through runs_claim_fair.
 	`CREATE INDEX runs_claim_fair ON runs (namespace, task_queue, workflow_type, priority, fairness_key, seq)
 		WHERE status = 'running' AND owner = 0`,
+	// activities_by_state leads with the state: led by the namespace alone,
+	// it tied with the (namespace, id) key in the plan of every look-up of
+	// one activity (an ending, a read) that PostgreSQL prepares while the
+	// table is new and has no statistics, and it kept that plan, which reads
+	// the whole namespace, as the table grew.
+	`DROP INDEX activities_by_state;
+	CREATE INDEX activities_by_state ON activities (state, namespace, seq)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/pgtest"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// PostgreSQL keeps the generic plan of a prepared statement that it made
+// after five runs, while the table was new and had no statistics, until
+// the statistics change. The look-ups of one activity must then still go
+// through its (namespace, id) key: another index there (one led by the
+// namespace alone) would read the whole namespace on every ending.
+func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	var writes []store.Write
+	for i := range 20 {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
+			TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+			ScheduledAt: now, ReadyAt: now}})
+	}
+	if _, err := s.Apply(ctx, writes); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	for _, tc := range []struct {
+		name string
+		sql  string
+		args int
+	}{
+		{"end an attempt", endAttemptSQL, 18},
+		{"end an activity", endActivitySQL, 11},
+		{"read an activity", `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = $1 AND id = $2`, 2},
+	} {
+		name := "plan_" + strings.ReplaceAll(tc.name, " ", "_")
+		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+tc.sql); err != nil {
+			t.Fatalf("%s: prepare: %v", tc.name, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", tc.args), ", ")
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+nulls+`)`)
+		if err != nil {
+			t.Fatalf("%s: explain: %v", tc.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: explain: %v", tc.name, err)
+		}
+		if p := plan.String(); !strings.Contains(p, "activities_namespace_id_key") {
+			t.Errorf("%s: generic plan on a new table does not use the (namespace, id) key:\n%s", tc.name, p)
+		}
+	}
+}
