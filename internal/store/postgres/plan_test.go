@@ -77,3 +77,87 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 		}
 	}
 }
+
+// A new store gives the activities table planner statistics once it has
+// inserted analyzeAfter activities, so the generic plans its connections
+// made on the near-empty table are replaced: the claim's update of the
+// rows it took then reads them by key, not the whole table.
+func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	reltuples := func() float64 {
+		var n float64
+		if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	now := time.Now()
+	insert := func(from, to int) {
+		var writes []store.Write
+		for i := from; i < to; i++ {
+			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
+				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+				ScheduledAt: now, ReadyAt: now}})
+		}
+		if _, err := s.Apply(ctx, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A connection keeps the claim's generic plan made on a few rows.
+	insert(0, 20)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	if _, err := conn.Exec(ctx, `PREPARE claim_plan AS `+claimSQL); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE claim_plan`) }()
+	plan := func() string {
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim_plan(`+strings.TrimSuffix(strings.Repeat("NULL, ", 10), ", ")+`)`)
+		if err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		var out strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			out.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		return out.String()
+	}
+	t.Logf("on 20 rows:\n%s", plan())
+
+	insert(20, analyzeAfter-1)
+	if n := reltuples(); n >= 0 {
+		t.Fatalf("analyzed after %d activities (reltuples %v), want not before %d", analyzeAfter-1, n, analyzeAfter)
+	}
+	insert(analyzeAfter-1, analyzeAfter)
+	select {
+	case <-s.stats.done:
+	case <-time.After(time.Minute):
+		t.Fatal("no analyze within a minute")
+	}
+	if n := reltuples(); n < analyzeAfter {
+		t.Fatalf("after %d activities the statistics count %v rows", analyzeAfter, n)
+	}
+	if p := plan(); strings.Contains(p, "Seq Scan on activities") {
+		t.Errorf("the claim's generic plan on the analyzed table reads the whole table:\n%s", p)
+	}
+}

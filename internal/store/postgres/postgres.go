@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -30,6 +31,7 @@ type Store struct {
 	// conns holds the backend process IDs of the pool's connections, so a
 	// notice this store sent is told from one another store sent.
 	conns *backends
+	stats planStats
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,6 +79,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}, conns: conns}
+	s.stats.init()
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
@@ -119,9 +122,74 @@ const defaultMaxConns = 16
 // this store joined without leaving: a restart under their names may take
 // over at once.
 func (s *Store) Close() error {
+	s.stats.close()
 	s.pres.close()
 	s.pool.Close()
 	return nil
+}
+
+// analyzeAfter is how many activities a store inserts before it makes sure
+// the activities table has planner statistics.
+const analyzeAfter = 1000
+
+// planStats gives a new activities table planner statistics early.
+// PostgreSQL plans a prepared statement afresh for its first five runs on a
+// connection, then keeps a generic plan until the table's statistics
+// change. On a new table, which autovacuum analyzes only after its next
+// pass (up to a minute later), that plan is made for the few rows it holds
+// (a sequential scan, or an index that reads the whole namespace) and kept
+// while the table grows: a claim or an ending then reads every row. So the
+// store analyzes the table itself once it inserted analyzeAfter activities,
+// if nothing did yet; the new statistics replace every connection's plans.
+type planStats struct {
+	inserted atomic.Int64
+	started  atomic.Bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup
+	// done is closed once the check (and any ANALYZE) has run.
+	done chan struct{}
+}
+
+func (p *planStats) init() {
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.done = make(chan struct{})
+}
+
+// insertedActivities notes n new activities; the analyze runs in the
+// background, once, so no write waits for it.
+func (s *Store) insertedActivities(n int) {
+	p := &s.stats
+	if n == 0 || p.inserted.Add(int64(n)) < analyzeAfter || !p.started.CompareAndSwap(false, true) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+		defer cancel()
+		// Best effort: should it fail, autovacuum analyzes the table later.
+		var never bool
+		if err := s.pool.QueryRow(ctx, `SELECT reltuples < 0 FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&never); err == nil && never {
+			_, _ = s.pool.Exec(ctx, `ANALYZE activities`)
+		}
+	}()
+}
+
+func (p *planStats) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
 }
 
 // migrationLockKey identifies the advisory lock held while migrating
