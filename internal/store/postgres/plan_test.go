@@ -79,7 +79,7 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 }
 
 // A new store gives the activities table planner statistics once it has
-// inserted analyzeAfter activities, so the generic plans its connections
+// inserted analyzeFirst activities, so the generic plans its connections
 // made on the near-empty table are replaced: the claim's update of the
 // rows it took then reads them by key, not the whole table.
 func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
@@ -144,20 +144,66 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	}
 	t.Logf("on 20 rows:\n%s", plan())
 
-	insert(20, analyzeAfter-1)
+	insert(20, analyzeFirst-1)
 	if n := reltuples(); n >= 0 {
-		t.Fatalf("analyzed after %d activities (reltuples %v), want not before %d", analyzeAfter-1, n, analyzeAfter)
+		t.Fatalf("analyzed after %d activities (reltuples %v), want not before %d", analyzeFirst-1, n, analyzeFirst)
 	}
-	insert(analyzeAfter-1, analyzeAfter)
+	insert(analyzeFirst-1, analyzeFirst)
 	select {
 	case <-s.stats.done:
 	case <-time.After(time.Minute):
 		t.Fatal("no analyze within a minute")
 	}
-	if n := reltuples(); n < analyzeAfter {
-		t.Fatalf("after %d activities the statistics count %v rows", analyzeAfter, n)
+	if n := reltuples(); n < analyzeFirst {
+		t.Fatalf("after %d activities the statistics count %v rows", analyzeFirst, n)
 	}
 	if p := plan(); strings.Contains(p, "Seq Scan on activities") {
 		t.Errorf("the claim's generic plan on the analyzed table reads the whole table:\n%s", p)
+	}
+}
+
+// The store analyzes the table again each time its inserts grow tenfold,
+// so plans made from the statistics of a table a tenth the size are
+// replaced too.
+func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	analyzed := make(chan int64, 4)
+	s.stats.analyzed = func(at int64) { analyzed <- at }
+	now := time.Now()
+	for i := 0; i < 10*analyzeFirst; i += 500 {
+		var writes []store.Write
+		for j := i; j < i+500; j++ {
+			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", j),
+				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+				ScheduledAt: now, ReadyAt: now}})
+		}
+		if _, err := s.Apply(ctx, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[int64]bool{}
+	for range 2 {
+		select {
+		case at := <-analyzed:
+			seen[at] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("analyzes within a minute: at %v, want at %d and %d", seen, analyzeFirst, 10*analyzeFirst)
+		}
+	}
+	if !seen[analyzeFirst] || !seen[10*analyzeFirst] {
+		t.Fatalf("analyzed at %v inserted activities, want at %d and %d", seen, analyzeFirst, 10*analyzeFirst)
+	}
+	var n float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n < 10*analyzeFirst {
+		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
 	}
 }

@@ -128,41 +128,56 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// analyzeAfter is how many activities a store inserts before it makes sure
-// the activities table has planner statistics.
-const analyzeAfter = 1000
+// analyzeFirst and analyzeLast bound the store's own analyzes of the
+// activities table: at analyzeFirst inserted activities, then each time
+// that count has grown tenfold, up to analyzeLast.
+const (
+	analyzeFirst = 1000
+	analyzeLast  = 1000000
+)
 
-// planStats gives a new activities table planner statistics early.
-// PostgreSQL plans a prepared statement afresh for its first five runs on a
-// connection, then keeps a generic plan until the table's statistics
-// change. On a new table, which autovacuum analyzes only after its next
-// pass (up to a minute later), that plan is made for the few rows it holds
-// (a sequential scan, or an index that reads the whole namespace) and kept
-// while the table grows: a claim or an ending then reads every row. So the
-// store analyzes the table itself once it inserted analyzeAfter activities,
-// if nothing did yet; the new statistics replace every connection's plans.
+// planStats keeps the activities table's planner statistics up with a
+// table that grows fast from empty. PostgreSQL plans a prepared statement
+// afresh for its first five runs on a connection, then keeps a generic plan
+// until the table's statistics change, and autovacuum first analyzes a
+// new table after its next pass (up to a minute later), then after every
+// tenth of the table changed, at most once a pass. A plan made for a few
+// rows (a claim that updates its rows through a scan of the whole table)
+// or from statistics of a table a tenth the size (a claim planned for a
+// table of waiting work) is kept while the table grows past it. So the
+// store analyzes the table itself at analyzeFirst inserted activities and
+// at each tenfold of that, in the background; new statistics replace every
+// connection's plans. Past analyzeLast autovacuum keeps up.
 type planStats struct {
 	inserted atomic.Int64
-	started  atomic.Bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	mu       sync.Mutex
-	closed   bool
-	wg       sync.WaitGroup
-	// done is closed once the check (and any ANALYZE) has run.
+	// next is the count of inserted activities at which the next analyze
+	// runs.
+	next   atomic.Int64
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	// done is closed once the first analyze has run.
 	done chan struct{}
+	// analyzed, when set (by tests, before the first write), is told the
+	// count each analyze ran at.
+	analyzed func(at int64)
 }
 
 func (p *planStats) init() {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.done = make(chan struct{})
+	p.next.Store(analyzeFirst)
 }
 
-// insertedActivities notes n new activities; the analyze runs in the
-// background, once, so no write waits for it.
+// insertedActivities notes n new activities; an analyze they make due runs
+// in the background, so no write waits for it.
 func (s *Store) insertedActivities(n int) {
 	p := &s.stats
-	if n == 0 || p.inserted.Add(int64(n)) < analyzeAfter || !p.started.CompareAndSwap(false, true) {
+	total := p.inserted.Add(int64(n))
+	next := p.next.Load()
+	if n == 0 || next > analyzeLast || total < next || !p.next.CompareAndSwap(next, 10*next) {
 		return
 	}
 	p.mu.Lock()
@@ -173,13 +188,15 @@ func (s *Store) insertedActivities(n int) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		defer close(p.done)
 		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
 		defer cancel()
 		// Best effort: should it fail, autovacuum analyzes the table later.
-		var never bool
-		if err := s.pool.QueryRow(ctx, `SELECT reltuples < 0 FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&never); err == nil && never {
-			_, _ = s.pool.Exec(ctx, `ANALYZE activities`)
+		_, _ = s.pool.Exec(ctx, `ANALYZE activities`)
+		if next == analyzeFirst {
+			close(p.done)
+		}
+		if p.analyzed != nil {
+			p.analyzed(next)
 		}
 	}()
 }
