@@ -50,9 +50,7 @@ func (m *Membership) handleNotices(ctx context.Context) {
 				if n.Triples == nil {
 					anyWork = true
 				}
-				for _, t := range n.Triples {
-					work = append(work, registry.NewTriple(t[0], t[1], t[2]))
-				}
+				work = append(work, noticeWork(n)...)
 			case store.NoticeNamespace:
 				namespaces[n.Name] = true
 			case store.NoticeTopology:
@@ -95,6 +93,22 @@ func (m *Membership) handleNotices(ctx context.Context) {
 			m.syncTopology(ctx)
 		}
 	}
+}
+
+// noticeWork is what a work notice asks the engine to claim: its triples,
+// less, in a notice this server sent itself (Own), the activity triples:
+// the engine marked those for a claim when it wrote or handed back their
+// work, and that claim reads the store after the write, so it finds what
+// the notice announces.
+func noticeWork(n store.Notice) []registry.Triple {
+	var out []registry.Triple
+	for _, t := range n.Triples {
+		if n.Own && store.IsActivityWork(t) {
+			continue
+		}
+		out = append(out, registry.NewTriple(t[0], t[1], t[2]))
+	}
+	return out
 }
 
 // Topology notice payloads: "<server id>" (its workers changed),

@@ -36,8 +36,8 @@ type ClusterConfig struct {
 	ForwardCancel func(ctx context.Context, owner store.ServerID, namespace, id, reason string)
 }
 
-// recheckAfter is how soon a claim that found some work but less than it
-// asked for looks again.
+// recheckAfter is the least pause before a claim that a rate limit held
+// back is tried again.
 const recheckAfter = 20 * time.Millisecond
 
 // maxClaim caps the activities one triple claims in one round trip.
@@ -179,6 +179,13 @@ func (e *Engine) releaseLocked(a *activity) {
 		e.armAnnounceLocked(ready, t)
 		return
 	}
+	e.localWorkLocked(t)
+}
+
+// localWorkLocked marks t for a claim because this server wrote or handed
+// back work of t, as a notice would: the membership drops this server's
+// own notices of activity work, so every such write must mark it here.
+func (e *Engine) localWorkLocked(t registry.Triple) {
 	delete(e.claims.empty, t)
 	delete(e.claims.graced, t)
 	e.claims.dirty[t] = struct{}{}
@@ -394,13 +401,11 @@ func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got []store.ClaimResul
 				e.armWakeLocked(now.Add(e.cl.PreferGrace), g.t)
 			}
 		case len(rows) < len(g.workers):
+			// The claim saw the end of the ready work: a row another
+			// server's claim held is that claim's (a claim locks only rows
+			// it takes). New work comes with a notice, or with this
+			// server's own write.
 			e.markEmptyLocked(g.t, g.node)
-			if len(rows) > 0 {
-				// Part of what looked like the end of the queue may have been
-				// rows other servers' claims held at that instant: look once
-				// more shortly rather than leave free slots idle until the poll.
-				e.armWakeLocked(now.Add(recheckAfter), g.t)
-			}
 		default:
 			e.claims.dirty[g.t] = struct{}{}
 			more = true
@@ -465,6 +470,7 @@ func (e *Engine) limitEndedLocked(rec *store.Activity) {
 	}
 	t := tripleOf(rec)
 	if l := e.activityLimitLocked(t); l != nil && l.spec.Concurrency > 0 && !e.closed {
+		e.localWorkLocked(t)
 		e.announce(t)
 	}
 }
@@ -479,9 +485,15 @@ func (e *Engine) handBack(recs []store.Activity) {
 	go func() {
 		defer e.bg.Done()
 		for _, rec := range recs {
-			if err := e.cl.Store.UnclaimActivity(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil && e.bgCtx.Err() == nil {
-				e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
+			if err := e.cl.Store.UnclaimActivity(e.bgCtx, e.cl.Self, rec.Namespace, rec.ID); err != nil {
+				if e.bgCtx.Err() == nil {
+					e.log.Warn("hand back claimed activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
+				}
+				continue
 			}
+			e.mu.Lock()
+			e.localWorkLocked(tripleOf(&rec))
+			e.mu.Unlock()
 		}
 	}()
 }

@@ -56,6 +56,30 @@ func TestClusterClaims(t *testing.T) {
 	})
 }
 
+// A claim that got less work than it had slots for saw the end of the ready
+// work (a claim locks only the rows it takes), so it arms no second look:
+// the triple is marked empty and claimed again only for new work.
+func TestShortClaimArmsNoRecheck(t *testing.T) {
+	t.Parallel()
+	b, _ := setupCluster(t, pgtest.Fresh(t, 0), "server-d")
+	fw := b.join(4)
+	rec := b.schedule(request("short", store.Timeouts{}, store.RetryPolicy{}))
+	if task := fw.task(); task.ActivityID != "short" {
+		t.Fatalf("claimed %s, want short", task.ActivityID)
+	}
+	tr := tripleOf(&rec)
+	b.eng.mu.Lock()
+	defer b.eng.mu.Unlock()
+	for _, tm := range b.eng.timers {
+		if tm.kind == timerClaim && tm.triple == tr {
+			t.Fatalf("a claim of 1 for 4 slots armed another claim at %v", tm.at)
+		}
+	}
+	if !b.eng.claims.empty[tr][""] {
+		t.Fatal("a claim of 1 for 4 slots left the triple not marked empty")
+	}
+}
+
 // In cluster mode waiting work lives in the store: a claim round reserves a
 // local worker's slot, claims the work for it, and starts it; a retry is
 // handed back to the store and claimed again once its backoff has passed.

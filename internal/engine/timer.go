@@ -182,13 +182,14 @@ func (e *Engine) armWakeLocked(at time.Time, t registry.Triple) {
 
 func (e *Engine) fireLocked(tm timer, now time.Time) {
 	switch tm.kind {
-	case timerAnnounce, timerClaim:
+	case timerAnnounce:
+		e.localWorkLocked(tm.triple)
+		e.announce(tm.triple)
+		return
+	case timerClaim:
 		delete(e.claims.empty, tm.triple)
 		e.claims.dirty[tm.triple] = struct{}{}
 		e.claims.wake()
-		if tm.kind == timerAnnounce {
-			e.announce(tm.triple)
-		}
 		return
 	case timerWorkflowStep, timerWorkflowTask, timerWorkflowRetry:
 		e.fireRunLocked(tm, now)

@@ -387,8 +387,7 @@ func (e *Engine) restoreStepInStoreLocked(r *wfRun, s *wfStep, rec store.Activit
 			e.log.Error("restore a workflow step's activity", "namespace", rec.Namespace, "activity", rec.ID, "err", err)
 		case created:
 			t := tripleOf(&rec)
-			e.claims.dirty[t] = struct{}{}
-			e.claims.wake()
+			e.localWorkLocked(t)
 			e.announce(t)
 		default:
 			e.adoptStepActivity(&activity{rec: rec, step: r.stepRef(s.n)})

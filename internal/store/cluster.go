@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/aion-run/aion/internal/tokenbucket"
@@ -239,6 +240,17 @@ type Notice struct {
 	Kind    NoticeKind
 	Triples [][3]string
 	Name    string
+	// Own, on a NoticeWork, says that the listening server sent it itself:
+	// it came through the store it listens on, which no other server has
+	// joined. Such a notice tells that server nothing its own writes did
+	// not; the others still hear it.
+	Own bool
+}
+
+// IsActivityWork reports whether a work notice's triple names activities
+// (namespace, task queue, activity type) rather than workflow work.
+func IsActivityWork(t [3]string) bool {
+	return t[2] != InboxWorkPrefix && !strings.HasPrefix(t[2], RunWorkPrefix) && !strings.HasPrefix(t[2], AdmitWorkPrefix)
 }
 
 // Work notices name activity triples; these prefixes in a triple's third

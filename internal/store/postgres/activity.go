@@ -147,6 +147,13 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
 	}
+	inserted := 0
+	for i, w := range writes {
+		if _, ok := w.(store.InsertActivity); ok && changed[i] {
+			inserted++
+		}
+	}
+	s.insertedActivities(inserted)
 	return changed, nil
 }
 

@@ -400,7 +400,11 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 // Candidates are read without locks; fair locks them in rank order,
 // skipping those another claim holds. Should concurrent claims have locked
 // every candidate, fill takes other ready work of the triple in index
-// order, so contention never leaves slots idle that work could fill.
+// order, so contention never leaves slots idle that work could fill. fill
+// locks no more rows than fair left slots for: every row a claim locks, it
+// takes, so a row another claim skipped is one that claim owns, and a
+// claim that found less than it asked for has seen the end of the ready
+// work (no second look needed for rows that were only locked).
 //
 // The claim holds a share lock on the claimer's live membership row, so it
 // either commits before a reap of that server (which then hands the work
@@ -452,7 +456,7 @@ const claimSQL = `WITH RECURSIVE member AS (
 		WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
 			AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
 			AND seq NOT IN (SELECT claim_seq FROM fair)
-		ORDER BY priority, fairness_key, seq LIMIT $8::bigint FOR UPDATE SKIP LOCKED
+		ORDER BY priority, fairness_key, seq LIMIT $8::bigint - (SELECT count(*) FROM fair) FOR UPDATE SKIP LOCKED
 	), picked AS (
 		SELECT coalesce(array_agg(claim_seq ORDER BY claim_seq), '{}') AS seqs FROM (
 			SELECT claim_seq FROM fair UNION ALL (SELECT claim_seq FROM fill) LIMIT $8::bigint) p
@@ -917,6 +921,9 @@ func (s *Store) listenOnce(ctx context.Context, self store.ServerID, fn func(sto
 			return err
 		}
 		if nt := noticeOf(n, me); nt.Kind != 0 {
+			// A work notice from one of this pool's sessions was sent by
+			// self when no other server shares the store.
+			nt.Own = nt.Kind == store.NoticeWork && s.conns.has(n.PID) && s.pres.only(self)
 			fn(nt)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -26,6 +28,10 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	pres *presence
+	// conns holds the backend process IDs of the pool's connections, so a
+	// notice this store sent is told from one another store sent.
+	conns *backends
+	stats planStats
 }
 
 var _ store.Store = (*Store)(nil)
@@ -51,16 +57,61 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// the database.
 		cfg.MaxConns = defaultMaxConns
 	}
+	conns := &backends{pids: make(map[uint32]int)}
+	after, before := cfg.AfterConnect, cfg.BeforeClose
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		conns.add(c.PgConn().PID())
+		return nil
+	}
+	cfg.BeforeClose = func(c *pgx.Conn) {
+		conns.remove(c.PgConn().PID())
+		if before != nil {
+			before(c)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
-	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}}
+	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}, conns: conns}
+	s.stats.init()
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	return s, nil
+}
+
+// backends is a set of backend process IDs. PostgreSQL gives each live
+// session its own, so the set names this pool's sessions exactly.
+type backends struct {
+	mu   sync.Mutex
+	pids map[uint32]int
+}
+
+func (b *backends) add(pid uint32) {
+	b.mu.Lock()
+	b.pids[pid]++
+	b.mu.Unlock()
+}
+
+func (b *backends) remove(pid uint32) {
+	b.mu.Lock()
+	if b.pids[pid]--; b.pids[pid] <= 0 {
+		delete(b.pids, pid)
+	}
+	b.mu.Unlock()
+}
+
+func (b *backends) has(pid uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pids[pid] > 0
 }
 
 // defaultMaxConns is the connection pool's size unless the DSN sets
@@ -71,9 +122,91 @@ const defaultMaxConns = 16
 // this store joined without leaving: a restart under their names may take
 // over at once.
 func (s *Store) Close() error {
+	s.stats.close()
 	s.pres.close()
 	s.pool.Close()
 	return nil
+}
+
+// analyzeFirst and analyzeLast bound the store's own analyzes of the
+// activities table: at analyzeFirst inserted activities, then each time
+// that count has grown tenfold, up to analyzeLast.
+const (
+	analyzeFirst = 1000
+	analyzeLast  = 1000000
+)
+
+// planStats keeps the activities table's planner statistics up with a
+// table that grows fast from empty. PostgreSQL plans a prepared statement
+// afresh for its first five runs on a connection, then keeps a generic plan
+// until the table's statistics change, and autovacuum first analyzes a
+// new table after its next pass (up to a minute later), then after every
+// tenth of the table changed, at most once a pass. A plan made for a few
+// rows (a claim that updates its rows through a scan of the whole table)
+// or from statistics of a table a tenth the size (a claim planned for a
+// table of waiting work) is kept while the table grows past it. So the
+// store analyzes the table itself at analyzeFirst inserted activities and
+// at each tenfold of that, in the background; new statistics replace every
+// connection's plans. Past analyzeLast autovacuum keeps up.
+type planStats struct {
+	inserted atomic.Int64
+	// next is the count of inserted activities at which the next analyze
+	// runs.
+	next   atomic.Int64
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	// done is closed once the first analyze has run.
+	done chan struct{}
+	// analyzed, when set (by tests, before the first write), is told the
+	// count each analyze ran at.
+	analyzed func(at int64)
+}
+
+func (p *planStats) init() {
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.done = make(chan struct{})
+	p.next.Store(analyzeFirst)
+}
+
+// insertedActivities notes n new activities; an analyze they make due runs
+// in the background, so no write waits for it.
+func (s *Store) insertedActivities(n int) {
+	p := &s.stats
+	total := p.inserted.Add(int64(n))
+	next := p.next.Load()
+	if n == 0 || next > analyzeLast || total < next || !p.next.CompareAndSwap(next, 10*next) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+		defer cancel()
+		// Best effort: should it fail, autovacuum analyzes the table later.
+		_, _ = s.pool.Exec(ctx, `ANALYZE activities`)
+		if next == analyzeFirst {
+			close(p.done)
+		}
+		if p.analyzed != nil {
+			p.analyzed(next)
+		}
+	}()
+}
+
+func (p *planStats) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
 }
 
 // migrationLockKey identifies the advisory lock held while migrating
@@ -316,6 +449,13 @@ var migrations = []string{
 	// read each key's oldest runs through runs_claim_fair.
 	`CREATE INDEX runs_claim_fair ON runs (namespace, task_queue, workflow_type, priority, fairness_key, seq)
 		WHERE status = 'running' AND owner = 0`,
+	// activities_by_state leads with the state: led by the namespace alone,
+	// it tied with the (namespace, id) key in the plan of every look-up of
+	// one activity (an ending, a read) that PostgreSQL prepares while the
+	// table is new and has no statistics, and it kept that plan, which reads
+	// the whole namespace, as the table grew.
+	`DROP INDEX activities_by_state;
+	CREATE INDEX activities_by_state ON activities (state, namespace, seq)`,
 }
 
 // noDeadline is the wait deadline of work that may wait for ever.

@@ -133,6 +133,14 @@ func (p *presence) check(ctx context.Context, id store.ServerID) error {
 	return nil
 }
 
+// only reports whether id is the one server this store joined and has not
+// left.
+func (p *presence) only(id store.ServerID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ids) == 1 && p.ids[id]
+}
+
 // close ends the session, releasing every presence lock.
 func (p *presence) close() {
 	p.mu.Lock()

@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/pgtest"
+	"github.com/aion-run/aion/internal/store"
+)
+
+// PostgreSQL keeps the generic plan of a prepared statement that it made
+// after five runs, while the table was new and had no statistics, until
+// the statistics change. The look-ups of one activity must then still go
+// through its (namespace, id) key: another index there (one led by the
+// namespace alone) would read the whole namespace on every ending.
+func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	var writes []store.Write
+	for i := range 20 {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
+			TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+			ScheduledAt: now, ReadyAt: now}})
+	}
+	if _, err := s.Apply(ctx, writes); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	for _, tc := range []struct {
+		name string
+		sql  string
+		args int
+	}{
+		{"end an attempt", endAttemptSQL, 18},
+		{"end an activity", endActivitySQL, 11},
+		{"read an activity", `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = $1 AND id = $2`, 2},
+	} {
+		name := "plan_" + strings.ReplaceAll(tc.name, " ", "_")
+		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+tc.sql); err != nil {
+			t.Fatalf("%s: prepare: %v", tc.name, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", tc.args), ", ")
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+nulls+`)`)
+		if err != nil {
+			t.Fatalf("%s: explain: %v", tc.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: explain: %v", tc.name, err)
+		}
+		if p := plan.String(); !strings.Contains(p, "activities_namespace_id_key") {
+			t.Errorf("%s: generic plan on a new table does not use the (namespace, id) key:\n%s", tc.name, p)
+		}
+	}
+}
+
+// A new store gives the activities table planner statistics once it has
+// inserted analyzeFirst activities, so the generic plans its connections
+// made on the near-empty table are replaced: the claim's update of the
+// rows it took then reads them by key, not the whole table.
+func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	reltuples := func() float64 {
+		var n float64
+		if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	now := time.Now()
+	insert := func(from, to int) {
+		var writes []store.Write
+		for i := from; i < to; i++ {
+			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
+				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+				ScheduledAt: now, ReadyAt: now}})
+		}
+		if _, err := s.Apply(ctx, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A connection keeps the claim's generic plan made on a few rows.
+	insert(0, 20)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	if _, err := conn.Exec(ctx, `PREPARE claim_plan AS `+claimSQL); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE claim_plan`) }()
+	plan := func() string {
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim_plan(`+strings.TrimSuffix(strings.Repeat("NULL, ", 10), ", ")+`)`)
+		if err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		var out strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			out.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		return out.String()
+	}
+	t.Logf("on 20 rows:\n%s", plan())
+
+	insert(20, analyzeFirst-1)
+	if n := reltuples(); n >= 0 {
+		t.Fatalf("analyzed after %d activities (reltuples %v), want not before %d", analyzeFirst-1, n, analyzeFirst)
+	}
+	insert(analyzeFirst-1, analyzeFirst)
+	select {
+	case <-s.stats.done:
+	case <-time.After(time.Minute):
+		t.Fatal("no analyze within a minute")
+	}
+	if n := reltuples(); n < analyzeFirst {
+		t.Fatalf("after %d activities the statistics count %v rows", analyzeFirst, n)
+	}
+	if p := plan(); strings.Contains(p, "Seq Scan on activities") {
+		t.Errorf("the claim's generic plan on the analyzed table reads the whole table:\n%s", p)
+	}
+}
+
+// The store analyzes the table again each time its inserts grow tenfold,
+// so plans made from the statistics of a table a tenth the size are
+// replaced too.
+func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	analyzed := make(chan int64, 4)
+	s.stats.analyzed = func(at int64) { analyzed <- at }
+	now := time.Now()
+	for i := 0; i < 10*analyzeFirst; i += 500 {
+		var writes []store.Write
+		for j := i; j < i+500; j++ {
+			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", j),
+				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+				ScheduledAt: now, ReadyAt: now}})
+		}
+		if _, err := s.Apply(ctx, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[int64]bool{}
+	for range 2 {
+		select {
+		case at := <-analyzed:
+			seen[at] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("analyzes within a minute: at %v, want at %d and %d", seen, analyzeFirst, 10*analyzeFirst)
+		}
+	}
+	if !seen[analyzeFirst] || !seen[10*analyzeFirst] {
+		t.Fatalf("analyzed at %v inserted activities, want at %d and %d", seen, analyzeFirst, 10*analyzeFirst)
+	}
+	var n float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n < 10*analyzeFirst {
+		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
+	}
+}
