@@ -58,6 +58,49 @@ func TestUpgradeGivesSpilledActivitiesTheirLaneIDs(t *testing.T) {
 	}
 }
 
+// Lanes created in one commit, two of them at once and one again for a
+// second activity, are found by a store opened later over the same file.
+func TestSpilledActivitiesAreFoundInTheirLanesAfterReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "aion.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spilled := func(i int, key string) store.Write {
+		a := activity(i)
+		a.Priority, a.Flow = 3, store.Flow{FairnessKey: key, FairnessWeight: 1}
+		a.ReadyAt = a.ScheduledAt
+		return store.InsertActivity{Activity: a, Spilled: true}
+	}
+	if _, err := s.Apply(ctx, []store.Write{spilled(1, "a"), spilled(2, "b"), spilled(3, "a")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, []store.Write{spilled(4, "b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	reopened := open(t, path)
+	for key, want := range map[string]string{"a": "act-000001,act-000003", "b": "act-000002,act-000004"} {
+		page, _, err := reopened.PageWaiting(ctx, store.WaitingPage{Lane: store.Lane{Namespace: "orders",
+			TaskQueue: "default", ActivityType: "echo", Priority: 3, FairnessKey: key}, Now: time.Now(), Inline: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := joinIDs(page); got != want {
+			t.Errorf("lane %q after reopen: %q, want %q", key, got, want)
+		}
+	}
+	counts, err := reopened.CountWaiting(ctx, false)
+	if err != nil || len(counts) != 2 || counts[0].Count != 2 || counts[1].Count != 2 {
+		t.Fatalf("counts after reopen: %+v, err %v; want two lanes of 2", counts, err)
+	}
+}
+
 func joinIDs(as []store.Activity) string {
 	out := ""
 	for i, a := range as {
