@@ -9,6 +9,7 @@ import (
 
 	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostgreSQL keeps the generic plan of a prepared statement that it made
@@ -34,15 +35,8 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 	if _, err := s.Apply(ctx, writes); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	conn, done := genericPlanConn(ctx, t, s)
+	defer done()
 	for _, tc := range []struct {
 		name string
 		sql  string
@@ -111,15 +105,8 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	}
 	// A connection keeps the claim's generic plan made on a few rows.
 	insert(0, 20)
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	conn, done := genericPlanConn(ctx, t, s)
+	defer done()
 	if _, err := conn.Exec(ctx, `PREPARE claim_plan AS `+claimSQL); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
@@ -205,5 +192,24 @@ func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
 	}
 	if n < 10*analyzeFirst {
 		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
+	}
+}
+
+// genericPlanConn is a connection of s's pool that plans every prepared
+// statement generically, as PostgreSQL does from a statement's sixth run;
+// done resets it and gives it back, before the store is closed.
+func genericPlanConn(ctx context.Context, t *testing.T, s *Store) (conn *pgxpool.Conn, done func()) {
+	t.Helper()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		conn.Release()
+		t.Fatal(err)
+	}
+	return conn, func() {
+		_, _ = conn.Exec(ctx, `RESET plan_cache_mode`)
+		conn.Release()
 	}
 }
