@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aion-run/aion/client"
+	"github.com/aion-run/aion/internal/proc"
 )
 
 // A Kind names one attack.
@@ -376,8 +377,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			})
 			stopAttack()
 		}}
-	if m, err := readMem(srv.pid()); err == nil {
-		rep.RSS.BaselineMB = mb(m.rss)
+	if m, err := proc.ReadMemory(srv.pid()); err == nil {
+		rep.RSS.BaselineMB = mb(m.RSS)
 	} else {
 		return rep, fmt.Errorf("read the server's memory: %w", err)
 	}
@@ -405,7 +406,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	<-sampled
 
 	mem.mu.Lock()
-	rep.RSS.PeakMB, rep.RSS.EndMB, rep.RSS.HWMMB = mb(mem.peak), mb(mem.last.rss), mb(mem.last.hwm)
+	rep.RSS.PeakMB, rep.RSS.EndMB, rep.RSS.HWMMB = mb(mem.peak), mb(mem.last.RSS), mb(mem.last.HWM)
 	rep.RSS.Samples, rep.RSS.IntervalMS = mem.samples, o.SampleEvery.Milliseconds()
 	mem.mu.Unlock()
 	rep.Honest = load.report(o.Rate)

@@ -1,61 +1,11 @@
 package attack
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/aion-run/aion/internal/proc"
 )
-
-// memStatus is what /proc/<pid>/status says of a process's memory, in KiB.
-type memStatus struct {
-	rss, hwm int64
-}
-
-// readMem reads VmRSS and VmHWM of process pid.
-func readMem(pid int) (memStatus, error) {
-	path := fmt.Sprintf("/proc/%d/status", pid)
-	f, err := os.Open(path)
-	if err != nil {
-		return memStatus{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	var m memStatus
-	found := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var dst *int64
-		switch {
-		case bytes.HasPrefix(line, []byte("VmRSS:")):
-			dst = &m.rss
-		case bytes.HasPrefix(line, []byte("VmHWM:")):
-			dst = &m.hwm
-		default:
-			continue
-		}
-		fields := bytes.Fields(line)
-		if len(fields) < 2 {
-			return memStatus{}, fmt.Errorf("%s: malformed line %q", path, line)
-		}
-		v, err := strconv.ParseInt(string(fields[1]), 10, 64)
-		if err != nil {
-			return memStatus{}, fmt.Errorf("%s: line %q: %w", path, line, err)
-		}
-		*dst = v
-		found++
-	}
-	if err := sc.Err(); err != nil {
-		return memStatus{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	if found < 2 {
-		return memStatus{}, fmt.Errorf("%s: no VmRSS and VmHWM lines", path)
-	}
-	return m, nil
-}
 
 // sampler reads a process's memory at a fixed interval and keeps the
 // peak, the last reading and the high-water mark the kernel keeps.
@@ -69,14 +19,14 @@ type sampler struct {
 	mu      sync.Mutex
 	samples int
 	peak    int64
-	last    memStatus
+	last    proc.Memory
 	err     error
 	tripped bool
 }
 
 // sample takes one reading.
 func (s *sampler) sample() {
-	m, err := readMem(s.pid)
+	m, err := proc.ReadMemory(s.pid)
 	s.mu.Lock()
 	if err != nil {
 		if s.samples == 0 {
@@ -87,14 +37,14 @@ func (s *sampler) sample() {
 	}
 	s.samples++
 	s.last = m
-	s.peak = max(s.peak, m.rss)
-	trip := s.over != nil && s.limitKB > 0 && m.rss > s.limitKB && !s.tripped
+	s.peak = max(s.peak, m.RSS)
+	trip := s.over != nil && s.limitKB > 0 && m.RSS > s.limitKB && !s.tripped
 	if trip {
 		s.tripped = true
 	}
 	s.mu.Unlock()
 	if trip {
-		s.over(m.rss)
+		s.over(m.RSS)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/proc"
 	"google.golang.org/grpc"
 )
 
@@ -325,11 +326,11 @@ func (e *env) serverMemory(ctx context.Context, collect bool) (ServerMemory, err
 		}
 		g.set(v)
 	}
-	mem, err := readMem(e.srv.pid())
+	mem, err := proc.ReadMemory(e.srv.pid())
 	if err != nil {
 		return ServerMemory{}, err
 	}
-	m.RSSMB = mb(mem.rss)
+	m.RSSMB = mb(mem.RSS)
 	return m, nil
 }
 

@@ -2,15 +2,12 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/proc"
 )
 
 // BacklogOptions configure RunBacklog.
@@ -288,22 +286,9 @@ func awaitReady(ctx context.Context, url string) error {
 
 // rss reads a process's resident and peak resident memory in MiB.
 func rss(pid int) (cur, peak float64, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	m, err := proc.ReadMemory(pid)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the server's memory: %w", err)
 	}
-	field := func(name string) float64 {
-		for _, line := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, name+":"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-				return kb / 1024
-			}
-		}
-		return 0
-	}
-	cur, peak = field("VmRSS"), field("VmHWM")
-	if cur == 0 {
-		return 0, 0, errors.New("read the server's memory: no VmRSS in /proc status")
-	}
-	return cur, peak, nil
+	return float64(m.RSS) / 1024, float64(m.HWM) / 1024, nil
 }
