@@ -50,23 +50,7 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+tc.sql); err != nil {
 			t.Fatalf("%s: prepare: %v", tc.name, err)
 		}
-		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", tc.args), ", ")
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+nulls+`)`)
-		if err != nil {
-			t.Fatalf("%s: explain: %v", tc.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: explain: %v", tc.name, err)
-		}
-		if p := plan.String(); !strings.Contains(p, "activities_namespace_id_key") {
+		if p := explainExecute(ctx, t, conn, name, tc.args); !strings.Contains(p, "activities_namespace_id_key") {
 			t.Errorf("%s: generic plan on a new table does not use the (namespace, id) key:\n%s", tc.name, p)
 		}
 	}
@@ -111,24 +95,7 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 		t.Fatalf("prepare: %v", err)
 	}
 	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE claim_plan`) }()
-	plan := func() string {
-		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE claim_plan(`+strings.TrimSuffix(strings.Repeat("NULL, ", 10), ", ")+`)`)
-		if err != nil {
-			t.Fatalf("explain: %v", err)
-		}
-		var out strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			out.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("explain: %v", err)
-		}
-		return out.String()
-	}
+	plan := func() string { return explainExecute(ctx, t, conn, "claim_plan", 10) }
 	t.Logf("on 20 rows:\n%s", plan())
 
 	insert(20, analyzeFirst-1)
@@ -212,4 +179,27 @@ func genericPlanConn(ctx context.Context, t *testing.T, s *Store) (conn *pgxpool
 		_, _ = conn.Exec(ctx, `RESET plan_cache_mode`)
 		conn.Release()
 	}
+}
+
+// explainExecute is the plan conn would run the prepared statement name by,
+// given args NULL parameters.
+func explainExecute(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name string, args int) string {
+	t.Helper()
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", args), ", ")
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+nulls+`)`)
+	if err != nil {
+		t.Fatalf("explain %s: %v", name, err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("explain %s: %v", name, err)
+	}
+	return plan.String()
 }
