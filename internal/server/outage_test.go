@@ -25,6 +25,7 @@ type cutter struct {
 	lis   net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
+	cut   bool // set by Cut: a connection accepted meanwhile is closed, not forwarded
 	wg    sync.WaitGroup
 }
 
@@ -47,6 +48,12 @@ func newCutter(t *testing.T, backend string) *cutter {
 				continue
 			}
 			c.mu.Lock()
+			if c.cut {
+				c.mu.Unlock()
+				in.Close()
+				out.Close()
+				continue
+			}
 			c.conns = append(c.conns, in, out)
 			c.mu.Unlock()
 			c.wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
@@ -61,6 +68,7 @@ func newCutter(t *testing.T, backend string) *cutter {
 func (c *cutter) Cut() {
 	c.lis.Close()
 	c.mu.Lock()
+	c.cut = true
 	for _, conn := range c.conns {
 		conn.Close()
 	}
