@@ -54,8 +54,9 @@ const MaxReapBatch = 10000
 // namespace: each row is deleted once, whichever server gets it.
 type ReapStore interface {
 	// ReapActivities deletes at most limit (1..MaxReapBatch) activities of
-	// namespace that are closed and closed before cutoff, oldest close
-	// first, with their attempts, in one transaction, and returns how many
+	// namespace that are closed and closed before cutoff, oldest first
+	// (by close, or by scheduling where the store has no index by close
+	// time), with their attempts, in one transaction, and returns how many
 	// it deleted. Open activities are never deleted, however old.
 	ReapActivities(ctx context.Context, namespace string, cutoff time.Time, limit int) (int, error)
 	// ReapRuns deletes at most limit (1..MaxReapBatch) workflow runs of

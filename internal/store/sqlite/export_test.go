@@ -1,5 +1,7 @@
 package sqlite
 
+import "slices"
+
 // SchemaBeforeMark is the schema as it was before databases had an identity
 // and a mark file, for tests of adopting such a database.
 var SchemaBeforeMark = migrations[:2]
@@ -18,4 +20,4 @@ var SchemaBeforeTrace = migrations[:9]
 
 // SchemaBeforeLanes is the schema as it was while spilled activities were
 // indexed by their lane's columns, for tests of the upgrade.
-var SchemaBeforeLanes = migrations[:len(migrations)-1]
+var SchemaBeforeLanes = migrations[:slices.Index(migrations, laneMigration)]

@@ -28,6 +28,25 @@ func closeActivity(t *testing.T, s store.Store, ns, id string, closedAt time.Tim
 	}
 }
 
+// closeScheduled inserts activity id of ns scheduled at scheduledAt and
+// closes it in state at closedAt after one attempt.
+func closeScheduled(t *testing.T, s store.Store, ns, id string, scheduledAt, closedAt time.Time, state store.ActivityState) {
+	t.Helper()
+	a := newActivity(ns, id)
+	a.ScheduledAt = scheduledAt
+	apply(t, s, store.InsertActivity{Activity: a})
+	outcome := store.OutcomeCompleted
+	if state != store.StateCompleted {
+		outcome = store.OutcomeFailed
+	}
+	got := apply(t, s, store.EndAttempt{Namespace: ns, ID: id, StartedAt: scheduledAt,
+		Attempt: &store.Attempt{Number: 1, WorkerID: 1, StartedAt: scheduledAt, EndedAt: closedAt, Outcome: outcome},
+		State:   state, ClosedAt: closedAt})
+	if !got[0] {
+		t.Fatalf("close activity %s/%s: refused", ns, id)
+	}
+}
+
 // closeRunAt starts run id of ns with two events and closes it at closedAt.
 func closeRunAt(t *testing.T, s store.Store, ns, id string, closedAt time.Time) {
 	t.Helper()
@@ -170,6 +189,44 @@ func runRetention(t *testing.T, open Opener) {
 		}
 		if !activityExists(t, s, "other", "old-0") {
 			t.Error("another namespace's activity was reaped")
+		}
+	})
+
+	// Work scheduled in order, as a server schedules it, but closed out of
+	// order: a long-running activity scheduled first closes after the
+	// cutoff and stays, while everything behind it that closed before the
+	// cutoff, in any closed state, is reaped.
+	t.Run("ReapActivitiesFindsEveryExpiredCloseWhateverItsStateAndKeepsLongRunners", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		at := func(d time.Duration) time.Time { return reapEpoch.Add(d) }
+		closeScheduled(t, s, "ns", "long", at(-2*time.Hour), at(time.Hour), store.StateCompleted)
+		closeScheduled(t, s, "ns", "done-0", at(-time.Hour), at(-time.Hour+time.Second), store.StateCompleted)
+		closeScheduled(t, s, "ns", "failed", at(-50*time.Minute), at(-49*time.Minute), store.StateFailed)
+		closeScheduled(t, s, "ns", "done-1", at(-40*time.Minute), at(20*time.Minute), store.StateCompleted)
+		closeScheduled(t, s, "ns", "timed-out", at(-30*time.Minute), at(-29*time.Minute), store.StateTimedOut)
+		closeScheduled(t, s, "ns", "canceled", at(10*time.Minute), at(11*time.Minute), store.StateCanceled)
+		closeScheduled(t, s, "ns", "later", at(40*time.Minute), at(41*time.Minute), store.StateCompleted)
+
+		cutoff := at(30 * time.Minute)
+		total := 0
+		for range 10 {
+			n, err := s.ReapActivities(ctx, "ns", cutoff, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total += n; n < 2 {
+				break
+			}
+		}
+		if total != 5 {
+			t.Fatalf("reaped %d, want the 5 closed before the cutoff", total)
+		}
+		for id, kept := range map[string]bool{"long": true, "done-0": false, "failed": false, "done-1": false,
+			"timed-out": false, "canceled": false, "later": true} {
+			if activityExists(t, s, "ns", id) != kept {
+				t.Errorf("activity %s: kept %v, want %v", id, !kept, kept)
+			}
 		}
 	})
 
