@@ -21,3 +21,8 @@ var SchemaBeforeTrace = migrations[:9]
 // SchemaBeforeLanes is the schema as it was while spilled activities were
 // indexed by their lane's columns, for tests of the upgrade.
 var SchemaBeforeLanes = migrations[:slices.Index(migrations, laneMigration)]
+
+// SchemaBeforeClosingAttempt is the schema as it was while every attempt,
+// the closing one too, was kept in the attempts table, for tests of the
+// upgrade.
+var SchemaBeforeClosingAttempt = migrations[:slices.Index(migrations, closingAttemptMigration)]

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +74,9 @@ func TestUpgradeMovesBulkyColumnsLastAndKeepsEveryField(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The closing attempt's columns, added since by ALTER TABLE and read
+	// by a listing of attempts alone, follow the bulky ones.
+	cols = slices.DeleteFunc(cols, func(c string) bool { return strings.HasPrefix(c, "closing_") })
 	if tail := strings.Join(cols[len(cols)-4:], ","); tail != "failure,heartbeat,result,payload" {
 		t.Fatalf("columns after upgrade end %q, want the bulky ones last", tail)
 	}

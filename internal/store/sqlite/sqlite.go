@@ -586,6 +586,7 @@ var migrations = []string{
 	// close into it cost a tenth of the throughput. The reaper finds them
 	// through activities_by_state (see ReapActivities).
 	`DROP INDEX activities_closed`,
+	closingAttemptMigration,
 }
 
 // migrate brings the schema up to date and gives the database its identity

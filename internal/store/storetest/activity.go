@@ -190,11 +190,13 @@ func runActivity(t *testing.T, open Opener) {
 		}
 		t2 := t0.Add(2 * time.Second)
 		apply(t, s, store.EndAttempt{Namespace: "ns", ID: "a1", StartedAt: t2,
-			Attempt: &store.Attempt{Number: 2, WorkerID: 8, StartedAt: t2, EndedAt: t2, Outcome: store.OutcomeCompleted},
-			State:   store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2})
+			Attempt: &store.Attempt{Number: 2, WorkerID: 8, Node: "n2", StartedAt: t2, EndedAt: t2.Add(time.Millisecond),
+				Outcome: store.OutcomeCompleted},
+			State: store.StateCompleted, Result: []byte(`"ok"`), ClosedAt: t2.Add(time.Millisecond)})
 		read = get(t, s, "ns", "a1")
 		if read.State != store.StateCompleted || string(read.Result) != `"ok"` || read.Attempt != 2 ||
-			!read.StartedAt.Equal(t0) || !read.ClosedAt.Equal(t2) || string(read.HeartbeatDetails) != `{"step":3}` {
+			!read.StartedAt.Equal(t0) || !read.ClosedAt.Equal(t2.Add(time.Millisecond)) ||
+			string(read.HeartbeatDetails) != `{"step":3}` {
 			t.Fatalf("after completion: %+v (the first start time and details must stay)", read)
 		}
 		attempts, err := s.ListAttempts(ctx, "ns", "a1")
@@ -203,8 +205,57 @@ func runActivity(t *testing.T, open Opener) {
 		}
 		if len(attempts) != 2 || attempts[0].Outcome != store.OutcomeFailed || attempts[0].Failure == nil ||
 			attempts[0].Failure.Message != "boom" || attempts[0].WorkerID != 7 || attempts[0].Node != "n1" ||
-			!attempts[0].StartedAt.Equal(t0) || attempts[1].Outcome != store.OutcomeCompleted || attempts[1].WorkerID != 8 {
+			!attempts[0].StartedAt.Equal(t0) || attempts[1].Number != 2 || attempts[1].Outcome != store.OutcomeCompleted ||
+			attempts[1].WorkerID != 8 || attempts[1].Node != "n2" || !attempts[1].StartedAt.Equal(t2) ||
+			!attempts[1].EndedAt.Equal(t2.Add(time.Millisecond)) || attempts[1].Failure != nil {
 			t.Fatalf("attempts = %+v", attempts)
+		}
+	})
+
+	// The attempt that closes an activity is listed with all it recorded,
+	// whatever the closing state, and an attempt recorded twice (ended
+	// once for a retry, then again as the close) is listed once, as
+	// recorded last.
+	t.Run("ClosingAttemptIsListedAsRecorded", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		t0 := time.Now().UTC()
+		fatal := &store.Failure{Message: "card declined", Type: "payment", Details: []byte(`{"code":51}`)}
+		for _, c := range []struct {
+			id      string
+			state   store.ActivityState
+			outcome store.AttemptOutcome
+			failure *store.Failure
+		}{
+			{"failed", store.StateFailed, store.OutcomeFailed, fatal},
+			{"canceled", store.StateCanceled, store.OutcomeCanceled, nil},
+			{"timed-out", store.StateTimedOut, store.OutcomeTimedOut, &store.Failure{Type: "start_to_close_timeout"}},
+		} {
+			apply(t, s, store.InsertActivity{Activity: newActivity("ns", c.id)},
+				store.EndAttempt{Namespace: "ns", ID: c.id, StartedAt: t0, State: c.state, ClosedAt: t0.Add(time.Second),
+					ActivityFailure: c.failure,
+					Attempt: &store.Attempt{Number: 1, WorkerID: 3, Node: "n3", StartedAt: t0, EndedAt: t0.Add(time.Second),
+						Outcome: c.outcome, Failure: c.failure}})
+			got := listAttempts(t, s, "ns", c.id)
+			if len(got) != 1 || got[0].Number != 1 || got[0].WorkerID != 3 || got[0].Node != "n3" ||
+				!got[0].StartedAt.Equal(t0) || !got[0].EndedAt.Equal(t0.Add(time.Second)) || got[0].Outcome != c.outcome ||
+				(got[0].Failure == nil) != (c.failure == nil) ||
+				(c.failure != nil && (got[0].Failure.Type != c.failure.Type || got[0].Failure.Message != c.failure.Message ||
+					string(got[0].Failure.Details) != string(c.failure.Details))) {
+				t.Fatalf("%s: attempts = %+v, want one %s attempt with failure %+v", c.id, got, c.outcome, c.failure)
+			}
+		}
+
+		apply(t, s, store.InsertActivity{Activity: newActivity("ns", "twice")},
+			store.EndAttempt{Namespace: "ns", ID: "twice", StartedAt: t0, State: store.StateScheduled, ReadyAt: t0,
+				Attempt: &store.Attempt{Number: 1, WorkerID: 4, StartedAt: t0, EndedAt: t0, Outcome: store.OutcomeFailed,
+					Failure: &store.Failure{Message: "first"}}},
+			store.EndAttempt{Namespace: "ns", ID: "twice", State: store.StateFailed, ClosedAt: t0.Add(time.Second),
+				Attempt: &store.Attempt{Number: 1, WorkerID: 4, StartedAt: t0, EndedAt: t0.Add(time.Second),
+					Outcome: store.OutcomeFailed, Failure: &store.Failure{Message: "last"}}})
+		if got := listAttempts(t, s, "ns", "twice"); len(got) != 1 || got[0].Failure == nil ||
+			got[0].Failure.Message != "last" || !got[0].EndedAt.Equal(t0.Add(time.Second)) {
+			t.Fatalf("attempt recorded twice: %+v, want it once as recorded last", got)
 		}
 	})
 
