@@ -282,19 +282,22 @@ func (s *Server) read(ctx context.Context, m any, next func(any) error) error {
 type decoder struct {
 	encoding.CodecV2
 	failed sync.Map // message pointer → error
+	asides *asides
 }
 
-func newDecoder() *decoder { return &decoder{CodecV2: encoding.GetCodecV2("proto")} }
+func newDecoder(a *asides) *decoder {
+	return &decoder{CodecV2: encoding.GetCodecV2("proto"), asides: a}
+}
 
 // Unmarshal decodes data into v. A worker's frame larger than a ping is
-// decoded on a goroutine of its own that the caller waits for: it is
-// decoded on the stream's handler, whose stack, grown once, stays grown
-// for the stream's life (see workerService).
+// decoded aside (see asides) while the caller waits: it is decoded on the
+// stream's handler, whose stack, grown once, stays grown for the stream's
+// life (see workerService).
 func (d *decoder) Unmarshal(data mem.BufferSlice, v any) error {
 	if _, ok := v.(*aionv1.WorkerMessage); ok && data.Len() > decodeAsideFrom {
-		done := make(chan error, 1)
-		go func() { done <- d.unmarshal(data, v) }()
-		return <-done
+		var err error
+		d.asides.run(func() { err = d.unmarshal(data, v) })
+		return err
 	}
 	return d.unmarshal(data, v)
 }

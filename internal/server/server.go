@@ -82,6 +82,7 @@ type Server struct {
 	receiving     *receiveBudget
 	receiveRate   *receiveRate
 	decoder       *decoder
+	asides        asides // deep work of worker streams, off their goroutines
 	clientStreams map[string]bool
 
 	grpc    *grpc.Server
@@ -319,7 +320,7 @@ func (s *Server) grpcServer() *grpc.Server {
 		rate = 0 // every caller is the same anonymous one: nobody to tell apart
 	}
 	s.receiveRate = newReceiveRate(rate, time.Now)
-	s.decoder = newDecoder()
+	s.decoder = newDecoder(&s.asides)
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
 		grpc.MaxHeaderListSize(limit.Metadata),
@@ -537,6 +538,7 @@ func (s *Server) stop(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 	}
+	s.asides.close()
 	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer hcancel()
 	herr := s.http.Shutdown(hctx)

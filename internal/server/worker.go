@@ -361,18 +361,18 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 }
 
 // handleFrameAside acts on one frame as handleFrame does. A ping is
-// answered on the handler; any other frame is handled on a goroutine of its
-// own that the handler waits for, so frames are still handled one at a
-// time and in order. Handling a result calls deep (the engine, the next
-// task's dispatch): on the handler it would leave the stream a 16 KiB stack
-// for its whole life where 8 KiB do.
+// answered on the handler; any other frame is handled aside (see asides)
+// while the handler waits, so frames are still handled one at a time and
+// in order. Handling a result calls deep (the engine, the next task's
+// dispatch): on the handler it would leave the stream a 16 KiB stack for
+// its whole life where 8 KiB do.
 func (s *Server) handleFrameAside(c *conn, w *registry.Worker, m *aionv1.WorkerMessage) error {
 	if m.GetPing() != nil {
 		return s.handleFrame(c, w, m)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.handleFrame(c, w, m) }()
-	return <-done
+	var err error
+	s.asides.run(func() { err = s.handleFrame(c, w, m) })
+	return err
 }
 
 // registration is how a stream's registration ended: the registry's token
