@@ -7,7 +7,8 @@ import "sync"
 // stream's goroutine keeps the stack its deepest call grew for its whole
 // life, so that work runs elsewhere; on a fresh goroutine each time it
 // would grow a fresh stack each time, copying it as it grows. A reused
-// goroutine has grown its stack already.
+// goroutine keeps the stack it grew until a collection halves it (an idle
+// one uses little of it), and saves the goroutine's start.
 type asides struct {
 	mu     sync.Mutex
 	idle   []*aside // most recently used last
@@ -21,14 +22,21 @@ type asides struct {
 const maxIdleAsides = 128
 
 // aside is one reusable goroutine; work hands it its next piece.
-type aside struct{ work chan func() }
+type aside struct{ work chan asideJob }
+
+// asideJob is one piece of work and the channel closed once it is done and
+// its goroutine is idle again (or gone), so the caller's next piece finds
+// it idle.
+type asideJob struct {
+	f    func()
+	done chan struct{}
+}
 
 // run runs f on a kept goroutine, or a new one when none is idle, and
 // returns once f has returned. Once the asides are closed it runs f on the
 // caller's goroutine.
 func (a *asides) run(f func()) {
-	done := make(chan struct{})
-	job := func() { f(); close(done) }
+	job := asideJob{f: f, done: make(chan struct{})}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -43,25 +51,28 @@ func (a *asides) run(f func()) {
 	} else {
 		a.wg.Add(1)
 		a.mu.Unlock()
-		r := &aside{work: make(chan func(), 1)}
+		r := &aside{work: make(chan asideJob, 1)}
 		r.work <- job
 		go a.loop(r)
 	}
-	<-done
+	<-job.done
 }
 
 // loop runs r's work until the asides close or enough others are idle.
 func (a *asides) loop(r *aside) {
 	defer a.wg.Done()
 	for job := range r.work {
-		job()
+		job.f()
 		a.mu.Lock()
-		if a.closed || len(a.idle) >= maxIdleAsides {
-			a.mu.Unlock()
+		keep := !a.closed && len(a.idle) < maxIdleAsides
+		if keep {
+			a.idle = append(a.idle, r)
+		}
+		a.mu.Unlock()
+		close(job.done)
+		if !keep {
 			return
 		}
-		a.idle = append(a.idle, r)
-		a.mu.Unlock()
 	}
 }
 
@@ -79,7 +90,8 @@ func (a *asides) close() {
 	a.wg.Wait()
 }
 
-// idleCount reports how many goroutines wait for work.
+// idleCount reports how many goroutines wait for work, at most
+// maxIdleAsides.
 func (a *asides) idleCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

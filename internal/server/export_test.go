@@ -9,6 +9,10 @@ import (
 // can ask it how it runs.
 func StoreOf(s *Server) store.Store { return s.st }
 
+// IdleAsides is how many kept goroutines wait for a worker stream's next
+// piece of deep work.
+func IdleAsides(s *Server) int { return s.asides.idleCount() }
+
 // RefusedCallsOpen is how many refused calls still hold their context.
 func RefusedCallsOpen(s *Server) int64 { return s.refusedOpen.Load() }
 

@@ -43,8 +43,9 @@ type workerService struct {
 // A worker stream costs the server, besides gRPC's own goroutines for its
 // connection, one goroutine while it is idle: its handler, which reads the
 // stream. A writer goroutine runs only while frames wait to be sent. Work
-// that calls deep (the registration, a result) runs on a short-lived
-// goroutine the handler waits for, so the handler's stack stays at 8 KiB:
+// that calls deep runs on another goroutine the handler waits for (the
+// registration on a short-lived one, a result on one kept for such work:
+// see asides), so the handler's stack stays at 8 KiB:
 // a stack grown once shrinks only while it is at most a quarter used, and a
 // handler parked in Recv uses about 6 KiB of it. The
 // sweeper, shutdown, an expiring credential or a failed send end the stream

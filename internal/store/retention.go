@@ -55,9 +55,10 @@ const MaxReapBatch = 10000
 type ReapStore interface {
 	// ReapActivities deletes at most limit (1..MaxReapBatch) activities of
 	// namespace that are closed and closed before cutoff, oldest first
-	// (by close, or by scheduling where the store has no index by close
-	// time), with their attempts, in one transaction, and returns how many
-	// it deleted. Open activities are never deleted, however old.
+	// (by close, or, where the store has no index by close time, closed
+	// state by closed state, each by scheduling), with their attempts, in
+	// one transaction, and returns how many it deleted. Open activities
+	// are never deleted, however old.
 	ReapActivities(ctx context.Context, namespace string, cutoff time.Time, limit int) (int, error)
 	// ReapRuns deletes at most limit (1..MaxReapBatch) workflow runs of
 	// namespace that are closed and closed before cutoff, oldest close

@@ -248,12 +248,12 @@ func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Ac
 // ListAttempts implements store.ActivityStore: the attempts table's
 // records, and the activity's closing attempt from its row.
 func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store.Attempt, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure
+	rows, err := s.reader.QueryContext(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure, 0
 		FROM attempts WHERE namespace = ? AND activity_id = ?
 		UNION ALL
 		SELECT closing_number, closing_worker_id, closing_node, closing_started_at, closing_ended_at, closing_outcome,
-			closing_failure FROM activities WHERE namespace = ? AND id = ? AND closing_number > 0
-		ORDER BY 1`, namespace, id, namespace, id)
+			closing_failure, 1 FROM activities WHERE namespace = ? AND id = ? AND closing_number > 0
+		ORDER BY 1, 8`, namespace, id, namespace, id)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 	}
@@ -266,8 +266,9 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 			started, ended int64
 			outcome        string
 			failure        []byte
+			fromRow        bool
 		)
-		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
+		if err := rows.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure, &fromRow); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
 		at.WorkerID = uint64(worker)
@@ -276,10 +277,10 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 		if at.Failure, err = store.DecodeFailure(failure); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
-		// A closing attempt recorded in the attempts table too (written
-		// there before the upgrade that moved it to the row) is the same
-		// attempt: the row's record, written last, replaces it.
-		if n := len(out); n > 0 && out[n-1].Number == at.Number {
+		// A closing attempt also in the attempts table (ended there first,
+		// for a retry that the close then overtook) is the same attempt:
+		// the row's record, written last and sorted after it, replaces it.
+		if n := len(out); fromRow && n > 0 && out[n-1].Number == at.Number {
 			out[n-1] = at
 			continue
 		}

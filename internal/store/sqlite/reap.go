@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aion-run/aion/internal/store"
@@ -42,61 +43,129 @@ func (s *Store) SetRetention(ctx context.Context, name string, r store.Retention
 //
 // Closed activities have no index by close time: one would cost every
 // close an index entry, the throughput figures about a tenth. They are
-// found through activities_by_state instead, in scheduling order up to
-// the last activity scheduled before the cutoff (none closed after it can
-// have closed before it), so a pass reads what has expired plus the few
-// that were scheduled before the cutoff and closed after it.
+// found through activities_by_state instead, which carries closed_at for
+// the purpose: for each closed state in turn, in scheduling order, up to
+// the last activity scheduled before the cutoff (none scheduled after it
+// can have closed before it). Those scheduled before the cutoff but closed
+// after it are passed over once a pass, not once a batch: the batches of
+// one pass (one cutoff) go on from where the last one stopped.
 func (s *Store) ReapActivities(ctx context.Context, namespace string, cutoff time.Time, limit int) (int, error) {
-	n, err := s.reap(ctx, limit, true, pickActivities, namespace, cutoff,
+	var next reapCursor
+	pick := func(ctx context.Context, tx *sql.Tx, ns string, cutoff int64, limit int) ([]int64, []string, error) {
+		var (
+			seqs []int64
+			ids  []string
+			err  error
+		)
+		seqs, ids, next, err = pickActivities(ctx, tx, ns, cutoff, limit, s.reapFrom(ns))
+		return seqs, ids, err
+	}
+	n, err := s.reap(ctx, limit, true, pick, namespace, cutoff,
 		`DELETE FROM attempts WHERE namespace = ? AND activity_id IN (SELECT value FROM json_each(?))`,
 		`DELETE FROM activities WHERE seq IN (SELECT value FROM json_each(?))
 			AND state IN ('completed', 'failed', 'canceled', 'timed_out')`)
 	if err != nil {
 		return 0, fmt.Errorf("reap activities of namespace %q closed before %v: %w", namespace, cutoff, err)
 	}
+	s.reapedTo(namespace, next)
 	return n, nil
 }
 
-// closedStates are the states of closed activities, in the order a batch
-// takes them.
+// closedStates are the states of closed activities, in the order a
+// reaping pass takes them.
 var closedStates = []store.ActivityState{store.StateCompleted, store.StateFailed, store.StateCanceled, store.StateTimedOut}
 
-// pickActivities selects up to limit expired closed activities of ns, each
-// closed state in scheduling order.
-func pickActivities(ctx context.Context, tx *sql.Tx, ns string, cutoff int64, limit int) (seqs []int64, ids []string, err error) {
+// reapCursor is where the next batch of a reaping pass over one
+// namespace's activities starts. Every activity before it was looked at
+// against the same cutoff and was either reaped or closed after the
+// cutoff, which it stays: a close happens now, after any cutoff. (One
+// that closed before the cutoff all the same, by a clock set back, is
+// found by the next pass, whose cutoff differs.)
+type reapCursor struct {
+	cutoff int64
+	state  int   // index into closedStates
+	seq    int64 // the last seq looked at in that state
+}
+
+// reapCursors holds each namespace's reapCursor. A cursor is stored only
+// once its batch committed; one stored late by a slower batch of the same
+// pass only makes the next batch look at rows again, never skip any.
+type reapCursors struct {
+	mu sync.Mutex
+	at map[string]reapCursor
+}
+
+// reapFrom returns where the next batch over ns starts.
+func (s *Store) reapFrom(ns string) reapCursor {
+	s.reapAt.mu.Lock()
+	defer s.reapAt.mu.Unlock()
+	return s.reapAt.at[ns]
+}
+
+// reapedTo records where the next batch over ns starts.
+func (s *Store) reapedTo(ns string, c reapCursor) {
+	s.reapAt.mu.Lock()
+	defer s.reapAt.mu.Unlock()
+	if s.reapAt.at == nil {
+		s.reapAt.at = make(map[string]reapCursor)
+	}
+	s.reapAt.at[ns] = c
+}
+
+// pickActivities selects up to limit expired closed activities of ns from
+// where from says (from the start when from is of another cutoff) and
+// returns where the next batch starts.
+func pickActivities(ctx context.Context, tx *sql.Tx, ns string, cutoff int64, limit int,
+	from reapCursor) ([]int64, []string, reapCursor, error) {
+	next := reapCursor{cutoff: cutoff}
+	if from.cutoff == cutoff {
+		next = from
+	}
 	bound, err := scheduledBefore(ctx, tx, cutoff)
 	if err != nil || bound == 0 {
-		return nil, nil, err
+		return nil, nil, next, err
 	}
-	for _, st := range closedStates {
-		if len(seqs) == limit {
+	var (
+		seqs []int64
+		ids  []string
+	)
+	for next.state < len(closedStates) {
+		want := limit - len(seqs)
+		rows, err := tx.QueryContext(ctx, `SELECT seq, id FROM activities INDEXED BY activities_by_state
+			WHERE namespace = ? AND state = ? AND seq > ? AND seq <= ? AND closed_at < ? ORDER BY seq LIMIT ?`,
+			ns, string(closedStates[next.state]), next.seq, bound, cutoff, want)
+		if err != nil {
+			return nil, nil, next, fmt.Errorf("pick %s activities: %w", closedStates[next.state], err)
+		}
+		before := len(seqs)
+		if seqs, ids, err = scanPicked(rows, seqs, ids); err != nil {
+			return nil, nil, next, fmt.Errorf("pick %s activities: %w", closedStates[next.state], err)
+		}
+		if len(seqs)-before == want {
+			next.seq = seqs[len(seqs)-1] // the batch is full; the state may hold more
 			break
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT seq, id FROM activities INDEXED BY activities_by_state
-			WHERE namespace = ? AND state = ? AND seq <= ? AND closed_at < ? ORDER BY seq LIMIT ?`,
-			ns, string(st), bound, cutoff, limit-len(seqs))
-		if err != nil {
-			return nil, nil, err
-		}
-		seqs, ids, err = scanPicked(rows, seqs, ids)
-		if err != nil {
-			return nil, nil, err
-		}
+		next.state, next.seq = next.state+1, 0
 	}
-	return seqs, ids, nil
+	return seqs, ids, next, nil
 }
+
+// seqRangeSQL reads the lowest and highest seq of activities, each from
+// the table's rowid order (one min() or max() alone in a query is read
+// from the b-tree's end; both in one would scan the table).
+const seqRangeSQL = `SELECT (SELECT min(seq) FROM activities), (SELECT max(seq) FROM activities)`
 
 // scheduledBefore returns the seq of the last activity scheduled before
 // cutoff, 0 for none, by a binary search over seq: scheduling order and
 // scheduled_at agree (both follow the one server's clock as it inserts),
-// so it costs some forty lookups by rowid. Where they disagree the bound
-// is only less exact: an expired activity past it is reaped by a later
-// pass, once the bound has moved on, and every row the bound admits is
-// still checked against the cutoff.
+// so it costs some forty lookups by rowid. Where they disagree (a clock
+// set back) the bound is only less exact: every row it admits is still
+// checked against the cutoff, and an expired activity past it is reaped
+// once the cutoff has passed the scheduled_at of the rows before it.
 func scheduledBefore(ctx context.Context, tx *sql.Tx, cutoff int64) (int64, error) {
 	var lo, hi sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT min(seq), max(seq) FROM activities`).Scan(&lo, &hi); err != nil {
-		return 0, err
+	if err := tx.QueryRowContext(ctx, seqRangeSQL).Scan(&lo, &hi); err != nil {
+		return 0, fmt.Errorf("find the last activity scheduled before the cutoff: %w", err)
 	}
 	if !lo.Valid {
 		return 0, nil
@@ -104,6 +173,9 @@ func scheduledBefore(ctx context.Context, tx *sql.Tx, cutoff int64) (int64, erro
 	at := func(from int64) (seq, scheduled int64, err error) {
 		err = tx.QueryRowContext(ctx, `SELECT seq, scheduled_at FROM activities WHERE seq >= ? ORDER BY seq LIMIT 1`,
 			from).Scan(&seq, &scheduled)
+		if err != nil {
+			err = fmt.Errorf("find the last activity scheduled before the cutoff: %w", err)
+		}
 		return seq, scheduled, err
 	}
 	first, scheduled, err := at(lo.Int64)
