@@ -255,12 +255,19 @@ func (s *Server) WaitForWorker(t testing.TB, match func(registry.WorkerInfo) boo
 // test with what after 10s.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+	EventuallyWithin(t, 10*time.Second, what, cond)
+}
+
+// EventuallyWithin is Eventually with its own deadline, for a condition that
+// waits on work whose length grows with the machine's load.
+func EventuallyWithin(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	t.Fatalf("timed out after 10s waiting for %s", what)
+	t.Fatalf("timed out after %v waiting for %s", within, what)
 }
 
 // LogBuffer is a log sink that a server or a worker writes while the test
