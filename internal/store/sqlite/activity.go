@@ -59,20 +59,23 @@ func (s *Store) prepare(ctx context.Context) error {
 		ON CONFLICT (namespace, activity_id, number) DO UPDATE SET
 			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
 			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure`)
-	s.stmts.endActivity = prep(`UPDATE activities SET state = ?, attempt = max(attempt, ?),
+	// Both statements that end an attempt set the same columns first, and
+	// change only an open activity.
+	const (
+		endSet = `UPDATE activities SET state = ?, attempt = max(attempt, ?),
 		started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END,
-		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?,
-		wait_deadline = CASE WHEN ? = 'scheduled' THEN ` + waitDeadlineSQL("?") + ` ELSE wait_deadline END
-		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
+		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?`
+		endWhere = `
+		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`
+	)
+	s.stmts.endActivity = prep(endSet + `,
+		wait_deadline = CASE WHEN ? = 'scheduled' THEN ` + waitDeadlineSQL("?") + ` ELSE wait_deadline END` + endWhere)
 	// An attempt that closes its activity is kept in the activity's row
 	// (see closingAttemptMigration), and the deadline column is left as
 	// it is: a closed activity never waits again.
-	s.stmts.closeActivity = prep(`UPDATE activities SET state = ?, attempt = max(attempt, ?),
-		started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END,
-		result = ?, failure = ?, heartbeat = coalesce(?, heartbeat), ready_at = ?, closed_at = ?,
+	s.stmts.closeActivity = prep(endSet + `,
 		closing_number = ?, closing_worker_id = ?, closing_node = ?, closing_started_at = ?, closing_ended_at = ?,
-		closing_outcome = ?, closing_failure = ?
-		WHERE namespace = ? AND id = ? AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')`)
+		closing_outcome = ?, closing_failure = ?` + endWhere)
 	s.stmts.bump = prep(bumpSQL)
 	s.stmts.insertRun = prep(insertRunSQL)
 	s.stmts.insertEvent = prep(insertEventSQL)
