@@ -19,12 +19,14 @@ var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, acti
 		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `, $19, $20, $21, $22, $23, $24, $25, $26)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
-// endActivitySet moves an open activity; $1..$11 are shared by both EndAttempt
-// statements. A closed or missing activity matches no row, and so does one
-// owned by another server than $11 when $11 is set. The activity leaves its
-// owner either way: it is closed, or waits for its retry; a retry of an
-// activity another server asked to cancel is closed as canceled instead.
-var endActivitySet = `UPDATE activities SET
+// endActivityUpdate moves an open activity, setting the columns set adds
+// too; $1..$11 are shared by every EndAttempt statement. A closed or
+// missing activity matches no row, and so does one owned by another server
+// than $11 when $11 is set. The activity leaves its owner either way: it is
+// closed, or waits for its retry; a retry of an activity another server
+// asked to cancel is closed as canceled instead.
+func endActivityUpdate(set string) string {
+	return `UPDATE activities SET
 		state = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN 'canceled' ELSE $1 END,
 		attempt = greatest(attempt, $2::integer),
 		started_at = CASE WHEN started_at = 0 THEN $3::bigint ELSE started_at END,
@@ -33,18 +35,19 @@ var endActivitySet = `UPDATE activities SET
 			THEN jsonb_build_object('message', cancel_reason, 'type', 'canceled', 'retryable', false) ELSE $5::jsonb END,
 		closed_at = CASE WHEN $1 = 'scheduled' AND cancel_reason IS NOT NULL THEN ` + dbNow + ` ELSE $8::bigint END,
 		wait_deadline = CASE WHEN $1 = 'scheduled' THEN ` + waitDeadline("timeouts", "scheduled_at", "$7::bigint") + ` ELSE wait_deadline END,
-		owner = 0, cancel_reason = NULL
+		owner = 0, cancel_reason = NULL` + set + `
 	WHERE namespace = $9::text AND id = $10::text AND state NOT IN ('completed', 'failed', 'canceled', 'timed_out')
 		AND ($11::bigint = 0 OR owner = $11::bigint)`
+}
 
 // endActivitySQL ends an activity without recording an attempt and returns
 // how many activities it changed.
-var endActivitySQL = `WITH up AS (` + endActivitySet + ` RETURNING 1)
+var endActivitySQL = `WITH up AS (` + endActivityUpdate("") + ` RETURNING 1)
 	SELECT count(*) FROM up`
 
 // endAttemptSQL ends an activity and, only if that changed it, records the
 // attempt, in one statement so a whole Apply is one pipelined batch.
-var endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
+var endAttemptSQL = `WITH up AS (` + endActivityUpdate("") + ` RETURNING 1),
 	att AS (
 		INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
 		SELECT $9::text, $10::text, $12::integer, $13::bigint, $14::text, $15::bigint, $16::bigint, $17::text, $18::jsonb FROM up
@@ -52,6 +55,15 @@ var endAttemptSQL = `WITH up AS (` + endActivitySet + ` RETURNING 1),
 			worker_id = excluded.worker_id, node = excluded.node, started_at = excluded.started_at,
 			ended_at = excluded.ended_at, outcome = excluded.outcome, failure = excluded.failure
 	)
+	SELECT count(*) FROM up`
+
+// closeAttemptSQL closes an activity with the attempt that closed it, kept
+// in the activity's row (see closingAttemptMigration): one row's update, no
+// insert into attempts. Its parameters are endAttemptSQL's.
+var closeAttemptSQL = `WITH up AS (` + endActivityUpdate(`,
+		closing_number = $12::integer, closing_worker_id = $13::bigint, closing_node = $14::text,
+		closing_started_at = $15::bigint, closing_ended_at = $16::bigint, closing_outcome = $17::text,
+		closing_failure = $18::jsonb`) + ` RETURNING 1)
 	SELECT count(*) FROM up`
 
 // Apply implements store.ActivityStore. Every write is queued in one pgx
@@ -88,7 +100,11 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				args[1] = at.Number
 				args = append(args, at.Number, int64(at.WorkerID), at.Node,
 					store.UnixNanos(at.StartedAt), store.UnixNanos(at.EndedAt), string(at.Outcome), store.EncodeFailure(at.Failure))
-				b.Queue(endAttemptSQL, args...)
+				if w.State.Terminal() {
+					b.Queue(closeAttemptSQL, args...)
+				} else {
+					b.Queue(endAttemptSQL, args...)
+				}
 			} else {
 				b.Queue(endActivitySQL, args...)
 			}
@@ -170,33 +186,54 @@ func (s *Store) GetActivity(ctx context.Context, namespace, id string) (store.Ac
 	return a, nil
 }
 
-// ListAttempts implements store.ActivityStore.
+// ListAttempts implements store.ActivityStore: the attempts table's
+// records, and the activity's closing attempt from its row.
 func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store.Attempt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure
-		FROM attempts WHERE namespace = $1 AND activity_id = $2 ORDER BY number`, namespace, id)
+	rows, err := s.pool.Query(ctx, `SELECT number, worker_id, node, started_at, ended_at, outcome, failure, false
+		FROM attempts WHERE namespace = $1 AND activity_id = $2
+		UNION ALL
+		SELECT closing_number, closing_worker_id, closing_node, closing_started_at, closing_ended_at, closing_outcome,
+			closing_failure, true FROM activities WHERE namespace = $1 AND id = $2 AND closing_number > 0
+		ORDER BY 1, 8`, namespace, id)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Attempt, error) {
+	// listed is an attempt and whether it came from the activity's row.
+	type listed struct {
+		at      store.Attempt
+		fromRow bool
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (listed, error) {
 		var (
-			at             store.Attempt
+			l              listed
 			worker         int64
 			started, ended int64
 			outcome        string
 			failure        []byte
 		)
-		if err := row.Scan(&at.Number, &worker, &at.Node, &started, &ended, &outcome, &failure); err != nil {
-			return at, err
+		if err := row.Scan(&l.at.Number, &worker, &l.at.Node, &started, &ended, &outcome, &failure, &l.fromRow); err != nil {
+			return l, err
 		}
-		at.WorkerID = uint64(worker)
-		at.StartedAt, at.EndedAt = store.FromUnixNanos(started), store.FromUnixNanos(ended)
-		at.Outcome = store.AttemptOutcome(outcome)
+		l.at.WorkerID = uint64(worker)
+		l.at.StartedAt, l.at.EndedAt = store.FromUnixNanos(started), store.FromUnixNanos(ended)
+		l.at.Outcome = store.AttemptOutcome(outcome)
 		var err error
-		at.Failure, err = store.DecodeFailure(failure)
-		return at, err
+		l.at.Failure, err = store.DecodeFailure(failure)
+		return l, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, dbErr(err))
+	}
+	// A closing attempt also in the attempts table (ended there first, for
+	// a retry that the close then overtook) is the same attempt: the row's
+	// record, written last and sorted after it, replaces it.
+	var out []store.Attempt
+	for _, l := range all {
+		if n := len(out); l.fromRow && n > 0 && out[n-1].Number == l.at.Number {
+			out[n-1] = l.at
+			continue
+		}
+		out = append(out, l.at)
 	}
 	return out, nil
 }

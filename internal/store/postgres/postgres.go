@@ -456,7 +456,22 @@ var migrations = []string{
 	// the whole namespace, as the table grew.
 	`DROP INDEX activities_by_state;
 	CREATE INDEX activities_by_state ON activities (state, namespace, seq)`,
+	closingAttemptMigration,
 }
+
+// closingAttemptMigration gives activities the record of the attempt that
+// closed them, kept in the row instead of the attempts table: a close is
+// then one row's update, not also an insert into attempts and its key. The
+// attempts table keeps the attempts that did not close their activity
+// (those a retry followed, and those of a lost server).
+const closingAttemptMigration = `ALTER TABLE activities
+	ADD COLUMN closing_number integer NOT NULL DEFAULT 0,
+	ADD COLUMN closing_worker_id bigint NOT NULL DEFAULT 0,
+	ADD COLUMN closing_node text NOT NULL DEFAULT '',
+	ADD COLUMN closing_started_at bigint NOT NULL DEFAULT 0,
+	ADD COLUMN closing_ended_at bigint NOT NULL DEFAULT 0,
+	ADD COLUMN closing_outcome text NOT NULL DEFAULT '',
+	ADD COLUMN closing_failure jsonb`
 
 // noDeadline is the wait deadline of work that may wait for ever.
 const noDeadline = "9223372036854775807"
