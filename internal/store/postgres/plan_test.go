@@ -25,16 +25,7 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	now := time.Now()
-	var writes []store.Write
-	for i := range 20 {
-		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
-			TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
-			ScheduledAt: now, ReadyAt: now}})
-	}
-	if _, err := s.Apply(ctx, writes); err != nil {
-		t.Fatal(err)
-	}
+	insertScheduled(ctx, t, s, 0, 20)
 	conn, done := genericPlanConn(ctx, t, s)
 	defer done()
 	for _, tc := range []struct {
@@ -43,6 +34,7 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 		args int
 	}{
 		{"end an attempt", endAttemptSQL, 18},
+		{"close with an attempt", closeAttemptSQL, 18},
 		{"end an activity", endActivitySQL, 11},
 		{"read an activity", `SELECT ` + store.ActivityColumns + ` FROM activities WHERE namespace = $1 AND id = $2`, 2},
 	} {
@@ -68,25 +60,7 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	reltuples := func() float64 {
-		var n float64
-		if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	now := time.Now()
-	insert := func(from, to int) {
-		var writes []store.Write
-		for i := from; i < to; i++ {
-			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
-				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
-				ScheduledAt: now, ReadyAt: now}})
-		}
-		if _, err := s.Apply(ctx, writes); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insert := func(from, to int) { insertScheduled(ctx, t, s, from, to) }
 	// A connection keeps the claim's generic plan made on a few rows.
 	insert(0, 20)
 	conn, done := genericPlanConn(ctx, t, s)
@@ -99,7 +73,7 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	t.Logf("on 20 rows:\n%s", plan())
 
 	insert(20, analyzeFirst-1)
-	if n := reltuples(); n >= 0 {
+	if n := reltuples(ctx, t, s); n >= 0 {
 		t.Fatalf("analyzed after %d activities (reltuples %v), want not before %d", analyzeFirst-1, n, analyzeFirst)
 	}
 	insert(analyzeFirst-1, analyzeFirst)
@@ -108,7 +82,7 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no analyze within a minute")
 	}
-	if n := reltuples(); n < analyzeFirst {
+	if n := reltuples(ctx, t, s); n < analyzeFirst {
 		t.Fatalf("after %d activities the statistics count %v rows", analyzeFirst, n)
 	}
 	if p := plan(); strings.Contains(p, "Seq Scan on activities") {
@@ -129,17 +103,8 @@ func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
 	defer s.Close()
 	analyzed := make(chan int64, 4)
 	s.stats.analyzed = func(at int64) { analyzed <- at }
-	now := time.Now()
 	for i := 0; i < 10*analyzeFirst; i += 500 {
-		var writes []store.Write
-		for j := i; j < i+500; j++ {
-			writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", j),
-				TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
-				ScheduledAt: now, ReadyAt: now}})
-		}
-		if _, err := s.Apply(ctx, writes); err != nil {
-			t.Fatal(err)
-		}
+		insertScheduled(ctx, t, s, i, i+500)
 	}
 	seen := map[int64]bool{}
 	for range 2 {
@@ -153,13 +118,36 @@ func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
 	if !seen[analyzeFirst] || !seen[10*analyzeFirst] {
 		t.Fatalf("analyzed at %v inserted activities, want at %d and %d", seen, analyzeFirst, 10*analyzeFirst)
 	}
+	if n := reltuples(ctx, t, s); n < 10*analyzeFirst {
+		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
+	}
+}
+
+// insertScheduled inserts scheduled activities a-from … a-(to-1) into
+// namespace ns of s in one Apply.
+func insertScheduled(ctx context.Context, t *testing.T, s *Store, from, to int) {
+	t.Helper()
+	now := time.Now()
+	var writes []store.Write
+	for i := from; i < to; i++ {
+		writes = append(writes, store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i),
+			TaskQueue: "q", ActivityType: "t", Fingerprint: "f", State: store.StateScheduled,
+			ScheduledAt: now, ReadyAt: now}})
+	}
+	if _, err := s.Apply(ctx, writes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reltuples is the planner's count of the activities table's rows; -1
+// before the table was ever analyzed.
+func reltuples(ctx context.Context, t *testing.T, s *Store) float64 {
+	t.Helper()
 	var n float64
 	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'activities'::regclass`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n < 10*analyzeFirst {
-		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
-	}
+	return n
 }
 
 // genericPlanConn is a connection of s's pool that plans every prepared
