@@ -179,8 +179,8 @@ type refusedKey struct{}
 // before its body is read, on the connection's reading goroutine, so it
 // must not block.
 //
-// The decision itself runs on a goroutine of its own, which the reading
-// goroutine waits for: deciding (authentication, authorization, the
+// The decision itself runs aside (see asides) while the reading goroutine
+// waits: deciding (authentication, authorization, the
 // receive rate) calls deeper than the reading goroutine otherwise goes, and
 // a goroutine's stack, once grown, shrinks only while it is at most a
 // quarter used. The reading goroutine lives as long as its connection and,
@@ -195,13 +195,11 @@ type refusedKey struct{}
 // deadline, a few hundred bytes per refused call. A call that returns from
 // its handler ends its context at once.
 func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context, error) {
-	done := make(chan decision, 1)
-	go func() {
-		out, err := s.decideCall(ctx, info)
-		done <- decision{out, err}
-	}()
-	d := <-done
-	out, err := d.ctx, d.err
+	var (
+		out context.Context
+		err error
+	)
+	s.asides.run(func() { out, err = s.decideCall(ctx, info) })
 	if err != nil {
 		out = context.WithValue(ctx, refusedKey{}, err)
 		s.refusedOpen.Add(1)
@@ -209,12 +207,6 @@ func (s *Server) admitCall(ctx context.Context, info *tap.Info) (context.Context
 		return out, nil
 	}
 	return out, nil
-}
-
-// decision is what decideCall returned.
-type decision struct {
-	ctx context.Context
-	err error
 }
 
 // refusal is the error the tap decided for a call, or nil.

@@ -181,6 +181,20 @@ type Attempt struct {
 	Failure   *Failure
 }
 
+// AppendAttempt appends at to attempts listed in order of number, where
+// closing says at is an activity's closing attempt, kept with the activity
+// and listed after the attempts recorded apart. A closing attempt that was
+// also recorded apart (ended there first, for a retry the close then
+// overtook) is the same attempt: the closing record, written last,
+// replaces the other.
+func AppendAttempt(attempts []Attempt, at Attempt, closing bool) []Attempt {
+	if n := len(attempts); closing && n > 0 && attempts[n-1].Number == at.Number {
+		attempts[n-1] = at
+		return attempts
+	}
+	return append(attempts, at)
+}
+
 // Write is one durable change, applied with others in one transaction.
 type Write interface{ write() }
 

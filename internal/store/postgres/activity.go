@@ -127,6 +127,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		b.Queue(`SELECT pg_notify('`+channelWork+`', $1)`, work)
 	}
 	changed := make([]bool, len(writes))
+	inserted := 0 // activities new to the store, counted as their results are read
 	// A batch outside BEGIN runs as one implicit transaction ended by its
 	// single Sync: all or nothing, like BEGIN … COMMIT, but one round trip
 	// instead of three.
@@ -138,7 +139,9 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			case store.InsertActivity:
 				var tag pgconn.CommandTag
 				tag, err = br.Exec()
-				changed[i] = tag.RowsAffected() > 0
+				if changed[i] = tag.RowsAffected() > 0; changed[i] {
+					inserted++
+				}
 			case store.EndAttempt, store.InsertRun, store.AppendEvents, store.PostRunEvent:
 				var n int64
 				err = br.QueryRow().Scan(&n)
@@ -162,12 +165,6 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	}()
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
-	}
-	inserted := 0
-	for i, w := range writes {
-		if _, ok := w.(store.InsertActivity); ok && changed[i] {
-			inserted++
-		}
 	}
 	s.insertedActivities(inserted)
 	return changed, nil
@@ -224,16 +221,9 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, dbErr(err))
 	}
-	// A closing attempt also in the attempts table (ended there first, for
-	// a retry that the close then overtook) is the same attempt: the row's
-	// record, written last and sorted after it, replaces it.
 	var out []store.Attempt
 	for _, l := range all {
-		if n := len(out); l.fromRow && n > 0 && out[n-1].Number == l.at.Number {
-			out[n-1] = l.at
-			continue
-		}
-		out = append(out, l.at)
+		out = store.AppendAttempt(out, l.at, l.fromRow)
 	}
 	return out, nil
 }

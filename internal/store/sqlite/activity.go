@@ -39,19 +39,18 @@ func (s *Store) prepare(ctx context.Context) error {
 		st, err = s.writer.PrepareContext(ctx, q)
 		return st
 	}
-	s.stmts.insert = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+	// Both inserts name the same columns, in this order.
+	const insertInto = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
 		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
 		scheduled_at, started_at, ready_at, closed_at, priority,
-		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)`
+	s.stmts.insert = prep(insertInto + `
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	// A newly scheduled activity binds seven parameters fewer: its state,
 	// attempt, result, failure, heartbeat and start and close times are
 	// known.
-	s.stmts.insertNew = prep(`INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
-		fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
-		scheduled_at, started_at, ready_at, closed_at, priority,
-		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate, wait_deadline, lane)
+	s.stmts.insertNew = prep(insertInto + `
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'scheduled', 0, NULL, NULL, NULL, ?, 0, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (namespace, id) DO NOTHING`)
 	s.stmts.attempt = prep(`INSERT INTO attempts (namespace, activity_id, number, worker_id, node, started_at, ended_at, outcome, failure)
@@ -280,14 +279,7 @@ func (s *Store) ListAttempts(ctx context.Context, namespace, id string) ([]store
 		if at.Failure, err = store.DecodeFailure(failure); err != nil {
 			return nil, fmt.Errorf("list attempts of %q in namespace %q: %w", id, namespace, err)
 		}
-		// A closing attempt also in the attempts table (ended there first,
-		// for a retry that the close then overtook) is the same attempt:
-		// the row's record, written last and sorted after it, replaces it.
-		if n := len(out); fromRow && n > 0 && out[n-1].Number == at.Number {
-			out[n-1] = at
-			continue
-		}
-		out = append(out, at)
+		out = store.AppendAttempt(out, at, fromRow)
 	}
 	return out, rows.Err()
 }
