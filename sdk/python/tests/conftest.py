@@ -171,14 +171,20 @@ class Server:
                 return m.group(1) == "true", msg[1:-1] if msg.startswith('"') else msg
         return None
 
-    def disconnect_reason(self, worker_id: int) -> str:
-        """The reason the server logged when the worker left; empty while it has not."""
+    def disconnect_reason(self, worker_id: int, timeout: float = 15.0) -> str:
+        """The reason the server logged when the worker left, waiting up to timeout for the line
+        (the server logs it once the stream's handler has ended, after the worker's side closed);
+        empty if it never came."""
         assert self.proc is not None
-        for line in self.proc.out:
-            m = re.search(rf'msg="worker disconnected" worker={worker_id} reason=(\w+)', line)
-            if m:
-                return m.group(1)
-        return ""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.proc.out):
+                m = re.search(rf'msg="worker disconnected" worker={worker_id} reason=(\w+)', line)
+                if m:
+                    return m.group(1)
+            if time.monotonic() > deadline:
+                return ""
+            time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")
