@@ -197,6 +197,9 @@ func TestConsoleWorkflowsListRunsAndShowEachRunsTimeline(t *testing.T) {
 	if got := ev(7, "summary"); !strings.Contains(got, "completed · 1 attempt") || !strings.Contains(got, `{"charged":2}`) {
 		t.Errorf("activity_closed summary = %q", got)
 	}
+	// The pending steps are drawn apart from the timeline: wait for them
+	// to settle before reading them.
+	p.waitFor("order-1's pending steps to update", `document.querySelectorAll("#run-detail tr[data-step]").length === 1`, 10*time.Second)
 	if got := must[[]string](p, `[...document.querySelectorAll("#run-detail tr[data-step]")].map(r => r.dataset.step)`); !slices.Equal(got, []string{"2"}) {
 		t.Errorf("pending steps after the activity closed = %v, want the timer alone", got)
 	}
