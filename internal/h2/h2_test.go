@@ -1,0 +1,459 @@
+package h2_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aion-run/aion/internal/clock"
+	"github.com/aion-run/aion/internal/h2"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo answers each request of a full-duplex call with its payload, or
+// with one response of each size asked for, or ends with the status asked
+// for; unary calls echo too.
+type echo struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (echo) UnaryCall(_ context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	return &testpb.SimpleResponse{Payload: req.GetPayload()}, nil
+}
+
+func (echo) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if s := req.GetResponseStatus(); s != nil {
+			return status.Error(codes.Code(s.Code), s.Message)
+		}
+		if len(req.ResponseParameters) == 0 {
+			if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
+				return err
+			}
+		}
+		for _, p := range req.ResponseParameters {
+			if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, p.Size)}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+type bundle struct {
+	srv     *h2.Server
+	grpc    *grpc.Server
+	addr    string
+	kept    atomic.Int64 // streams served here
+	admitMu sync.Mutex
+	admitMD metadata.MD
+	handle  func(*h2.Stream) error // overrides the echo when set
+	refuse  error
+	clock   *clock.Fake
+}
+
+type option func(*h2.Config, *bundle)
+
+func setup(t *testing.T, opts ...option) *bundle {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{addr: lis.Addr().String(), grpc: grpc.NewServer()}
+	testgrpc.RegisterTestServiceServer(b.grpc, echo{})
+	handoff := h2.NewHandoff(lis.Addr())
+	desc := testgrpc.TestService_ServiceDesc.Streams[2] // FullDuplexCall
+	cfg := h2.Config{
+		Method: testgrpc.TestService_FullDuplexCall_FullMethodName,
+		Admit: func(ctx context.Context, method string, md metadata.MD) (context.Context, error) {
+			b.admitMu.Lock()
+			b.admitMD = md
+			b.admitMu.Unlock()
+			if b.refuse != nil {
+				return nil, b.refuse
+			}
+			return ctx, nil
+		},
+		Handle: func(s *h2.Stream) error {
+			b.kept.Add(1)
+			if b.handle != nil {
+				return b.handle(s)
+			}
+			return desc.Handler(echo{}, s)
+		},
+		Handoff: handoff.Give,
+	}
+	for _, o := range opts {
+		o(&cfg, b)
+	}
+	b.srv, err = h2.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = b.grpc.Serve(handoff) })
+	wg.Go(func() { _ = b.srv.Serve(lis) })
+	t.Cleanup(func() {
+		_ = b.srv.Close()
+		b.grpc.Stop()
+		_ = handoff.Close()
+		wg.Wait()
+	})
+	return b
+}
+
+func (b *bundle) dial(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+func payload(n int) *testpb.Payload { return &testpb.Payload{Body: []byte(strings.Repeat("x", n))} }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestStreamOnItsMethodIsServedHereWithItsMetadata(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var gotPeer atomic.Bool
+	desc := testgrpc.TestService_ServiceDesc.Streams[2]
+	b.handle = func(s *h2.Stream) error {
+		_, ok := peer.FromContext(s.Context())
+		gotPeer.Store(ok)
+		return desc.Handler(echo{}, s)
+	}
+	ctx := metadata.AppendToOutgoingContext(ctxT(t), "x-team", "blue", "x-token-bin", "\x00\x01")
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(i * 10)}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(resp.GetPayload().GetBody()); got != i*10 {
+			t.Fatalf("response %d: %d bytes, want %d", i, got, i*10)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, want io.EOF (status OK)", err)
+	}
+	if b.kept.Load() != 1 {
+		t.Fatalf("%d streams served here, want 1", b.kept.Load())
+	}
+	b.admitMu.Lock()
+	md := b.admitMD
+	b.admitMu.Unlock()
+	if got := md.Get("x-team"); len(got) != 1 || got[0] != "blue" {
+		t.Errorf("x-team = %q, want [blue]", got)
+	}
+	if got := md.Get("x-token-bin"); len(got) != 1 || got[0] != "\x00\x01" {
+		t.Errorf("x-token-bin = %q, want the two bytes sent", got)
+	}
+	if !gotPeer.Load() {
+		t.Error("the handler's context has no peer")
+	}
+}
+
+func TestConnectionWhoseFirstCallIsAnotherMethodIsHandedOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	resp, err := testgrpc.NewTestServiceClient(b.dial(t)).UnaryCall(ctxT(t), &testpb.SimpleRequest{Payload: payload(100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetPayload().GetBody()) != 100 {
+		t.Fatalf("echo of %d bytes, want 100", len(resp.GetPayload().GetBody()))
+	}
+	if b.kept.Load() != 0 {
+		t.Fatalf("%d streams served here, want 0", b.kept.Load())
+	}
+	if n := b.srv.Connections(); n != 0 {
+		t.Fatalf("the server still holds %d connections after handing off", n)
+	}
+}
+
+func TestAnotherMethodOnAKeptConnectionIsRetriedOnANewOneWhileTheStreamGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cc := b.dial(t)
+	client := testgrpc.NewTestServiceClient(cc)
+	stream, err := client.FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip := func(n int) {
+		t.Helper()
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != n {
+			t.Fatalf("echo: %v, %d bytes, want %d", err, len(resp.GetPayload().GetBody()), n)
+		}
+	}
+	roundTrip(5)
+	if _, err := client.UnaryCall(ctxT(t), &testpb.SimpleRequest{Payload: payload(7)}); err != nil {
+		t.Fatalf("unary call after the stream: %v", err)
+	}
+	roundTrip(9)
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, want io.EOF", err)
+	}
+}
+
+func TestMessagesLargerThanTheWindowsCrossBothWays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1 << 20, 3 << 20, 17} {
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{
+			Payload:            payload(n),
+			ResponseParameters: []*testpb.ResponseParameters{{Size: int32(n)}, {Size: 1}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []int{n, 1} {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("%d bytes: %v", n, err)
+			}
+			if got := len(resp.GetPayload().GetBody()); got != want {
+				t.Fatalf("response of %d bytes, want %d", got, want)
+			}
+		}
+	}
+	_ = stream.CloseSend()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+}
+
+func TestMessageOverTheLimitEndsTheStreamWithResourceExhausted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *h2.Config, _ *bundle) { c.MaxRecvMsgSize = 1 << 20 })
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(2 << 20)})
+	_, err = stream.Recv()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "vs. 1048576") {
+		t.Fatalf("got %v, want ResourceExhausted naming the limit", err)
+	}
+}
+
+func TestHandlerStatusReachesTheClientIntact(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := "naïve 100% refusal\nsecond line"
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.FailedPrecondition), Message: msg}})
+	_, err = stream.Recv()
+	if s := status.Convert(err); s.Code() != codes.FailedPrecondition || s.Message() != msg {
+		t.Fatalf("got %v %q, want FailedPrecondition %q", s.Code(), s.Message(), msg)
+	}
+}
+
+func TestAdmitRefusalEndsTheCallBeforeItsHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(_ *h2.Config, b *bundle) {
+		b.refuse = status.Error(codes.PermissionDenied, "worker token lacks the namespace")
+	})
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	if s := status.Convert(err); s.Code() != codes.PermissionDenied || s.Message() != "worker token lacks the namespace" {
+		t.Fatalf("got %v, want the refusal", err)
+	}
+	if b.kept.Load() != 0 {
+		t.Fatal("the handler ran for a refused call")
+	}
+}
+
+func TestWriteStatusFromElsewhereEndsBothSides(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	handlerErr := make(chan error, 1)
+	b.handle = func(s *h2.Stream) error {
+		ts := grpc.ServerTransportStreamFromContext(s.Context())
+		w, ok := ts.(interface{ WriteStatus(*status.Status) error })
+		if !ok {
+			handlerErr <- errors.New("the transport stream has no WriteStatus")
+			return nil
+		}
+		var m testpb.StreamingOutputCallRequest
+		if err := s.RecvMsg(&m); err != nil {
+			handlerErr <- err
+			return err
+		}
+		go func() { _ = w.WriteStatus(status.New(codes.Unavailable, "worker timed out")) }()
+		err := s.RecvMsg(&m)
+		handlerErr <- err
+		return err
+	}
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{})
+	_, err = stream.Recv()
+	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "worker timed out" {
+		t.Fatalf("client got %v, want Unavailable: worker timed out", err)
+	}
+	if err := <-handlerErr; err == nil {
+		t.Fatal("the handler's RecvMsg returned no error after the stream ended")
+	}
+}
+
+func TestClientCancelAndDeadlineReachTheHandlersContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadline := make(chan time.Duration, 1)
+	ended := make(chan error, 1)
+	b.handle = func(s *h2.Stream) error {
+		d, _ := s.Context().Deadline()
+		deadline <- time.Until(d)
+		<-s.Context().Done()
+		ended <- s.Context().Err()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{}) // the headers go out with the first message
+	if d := <-deadline; d < 59*time.Minute || d > time.Hour {
+		t.Fatalf("handler's deadline is %v away, want about an hour", d)
+	}
+	cancel()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler's context ended with %v, want canceled", err)
+	}
+}
+
+func TestManyStreamsShareOneConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	client := testgrpc.NewTestServiceClient(b.dial(t))
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			stream, err := client.FullDuplexCall(ctxT(t))
+			if err != nil {
+				errs <- err
+				return
+			}
+			for j := range 10 {
+				n := i*10 + j
+				if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
+					errs <- err
+					return
+				}
+				resp, err := stream.Recv()
+				if err != nil || len(resp.GetPayload().GetBody()) != n {
+					errs <- errors.New("echo mismatch")
+					return
+				}
+			}
+			_ = stream.CloseSend()
+			if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if b.kept.Load() != 50 {
+		t.Fatalf("%d streams served here, want 50", b.kept.Load())
+	}
+	if n := b.srv.Connections(); n != 1 {
+		t.Fatalf("%d connections, want the one", n)
+	}
+}
+
+func TestShutdownWaitsForOpenStreams(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(3)})
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.srv.Shutdown(ctxT(t)) }()
+	// The stream still works while the server shuts down.
+	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(4)})
+	if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != 4 {
+		t.Fatalf("during shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with a stream open", err)
+	default:
+	}
+	_ = stream.CloseSend()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
