@@ -12,7 +12,7 @@ import (
 // from a config file too.
 var limitKeys = []string{
 	"max-pending-bytes-per-namespace", "max-list-bytes",
-	"grpc-handshake-timeout", "grpc-idle-timeout", "grpc-max-streams",
+	"grpc-handshake-timeout", "grpc-idle-timeout", "grpc-max-streams", "worker-transport",
 	"http-read-header-timeout", "http-read-timeout", "http-write-timeout", "http-idle-timeout",
 }
 
@@ -61,6 +61,10 @@ func (l *limitFlags) register(fl *pflag.FlagSet, d server.Config) {
 	fl.Uint32Var(&l.conn.GRPCMaxStreams, "grpc-max-streams", c.GRPCMaxStreams,
 		"calls and streams open at once on one gRPC connection; a client past it waits (0: no cap)")
 	bindEnv(fl, "grpc-max-streams", "AION_GRPC_MAX_STREAMS")
+	fl.StringVar(&l.conn.WorkerTransport, "worker-transport", c.WorkerTransport,
+		"who serves a connection whose first call is a worker's stream: lean (aion's HTTP/2 transport, about half the memory a worker) "+
+			"or grpc (grpc-go's, as every other connection); under TLS, always grpc")
+	bindEnv(fl, "worker-transport", "AION_WORKER_TRANSPORT")
 }
 
 // apply sets the values on cfg; cfg.Validate checks them.

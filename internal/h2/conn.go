@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -247,7 +248,10 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 // configuration writes it.
 func (c *conn) settings() []byte {
 	cfg := &c.s.cfg
-	kv := []uint32{settingMaxFrameSize, defaultFrameSize, settingMaxConcurrentStreams, cfg.MaxStreams}
+	kv := []uint32{settingMaxFrameSize, defaultFrameSize}
+	if cfg.MaxStreams != math.MaxUint32 {
+		kv = append(kv, settingMaxConcurrentStreams, cfg.MaxStreams)
+	}
 	if cfg.StreamWindow != defaultWindow {
 		kv = append(kv, settingInitialWindowSize, cfg.StreamWindow)
 	}
@@ -446,9 +450,8 @@ func (c *conn) handleData(h header, p []byte) error {
 	return nil
 }
 
-// open starts a stream from its headers: it is refused with a status when
-// its headers are not a call the server takes, and a call to another method
-// makes the connection go away (the client retries it on a new one).
+// open starts a stream from its headers, or refuses it with a status when
+// they are not a call the server takes.
 func (c *conn) open(call *firstCall) error {
 	cfg := &c.s.cfg
 	id := call.h.stream
@@ -473,10 +476,6 @@ func (c *conn) open(call *firstCall) error {
 		return c.write(appendUint32Frame(nil, frameRSTStream, id, errRefusedStream))
 	}
 	method := call.path()
-	if method != cfg.Method {
-		c.goAway(errNo, "this connection takes "+cfg.Method+" only: reconnect for "+method)
-		return nil
-	}
 	if n >= cfg.MaxStreams {
 		return c.write(appendUint32Frame(nil, frameRSTStream, id, errRefusedStream))
 	}

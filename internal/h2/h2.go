@@ -5,11 +5,9 @@
 //
 // It shares a listener with a grpc.Server: the first call on a connection
 // decides who serves it. A connection whose first call is the method stays
-// here; any other connection is handed over whole, its bytes so far
-// replayed, to the grpc.Server (Handoff). A connection kept here that later
-// opens a call to another method is sent a GOAWAY: clients retry that call,
-// unprocessed, on a new connection, which the grpc.Server then serves, while
-// the streams already open carry on.
+// here, and every later call on it, to whatever method, is served here too
+// (Handle dispatches); any other connection is handed over whole, its bytes
+// so far replayed, to the grpc.Server (Handoff).
 package h2
 
 import (
@@ -28,14 +26,15 @@ import (
 // Config is what a Server serves and its limits. Zero limits take the
 // defaults named on each.
 type Config struct {
-	// Method is the full method served here, e.g. "/pkg.Service/Method".
+	// Method is the full method, e.g. "/pkg.Service/Method", whose call,
+	// first on a connection, keeps the connection here.
 	Method string
 	// Admit decides a new call from its method and headers, as a gRPC tap
 	// does; the context it returns is the stream's. An error ends the call
 	// with that error's status before Handle is called.
 	Admit func(ctx context.Context, method string, md metadata.MD) (context.Context, error)
-	// Handle runs one stream on a goroutine of its own; its error is the
-	// status the stream ends with (nil: OK).
+	// Handle runs one call, to any method (Stream.Method), on a goroutine
+	// of its own; its error is the status the call ends with (nil: OK).
 	Handle func(s *Stream) error
 	// Handoff takes a connection whose first call is not Method; reading
 	// it yields every byte the client sent, from the preface on.

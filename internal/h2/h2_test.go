@@ -85,7 +85,11 @@ func setup(t *testing.T, opts ...option) *bundle {
 	b := &bundle{addr: lis.Addr().String(), grpc: grpc.NewServer()}
 	testgrpc.RegisterTestServiceServer(b.grpc, echo{})
 	handoff := h2.NewHandoff(lis.Addr())
-	desc := testgrpc.TestService_ServiceDesc.Streams[2] // FullDuplexCall
+	desc := testgrpc.TestService_ServiceDesc.Streams[2]  // FullDuplexCall
+	unary := testgrpc.TestService_ServiceDesc.Methods[1] // UnaryCall
+	if unary.MethodName != "UnaryCall" || desc.StreamName != "FullDuplexCall" {
+		t.Fatalf("grpc_testing's service changed: %s, %s", unary.MethodName, desc.StreamName)
+	}
 	cfg := h2.Config{
 		Method: testgrpc.TestService_FullDuplexCall_FullMethodName,
 		Admit: func(ctx context.Context, method string, md metadata.MD) (context.Context, error) {
@@ -99,6 +103,13 @@ func setup(t *testing.T, opts ...option) *bundle {
 		},
 		Handle: func(s *h2.Stream) error {
 			b.kept.Add(1)
+			if s.Method() == testgrpc.TestService_UnaryCall_FullMethodName {
+				resp, err := unary.Handler(echo{}, s.Context(), s.RecvMsg, nil)
+				if err != nil {
+					return err
+				}
+				return s.SendMsg(resp)
+			}
 			if b.handle != nil {
 				return b.handle(s)
 			}
@@ -211,7 +222,7 @@ func TestConnectionWhoseFirstCallIsAnotherMethodIsHandedOff(t *testing.T) {
 	}
 }
 
-func TestAnotherMethodOnAKeptConnectionIsRetriedOnANewOneWhileTheStreamGoesOn(t *testing.T) {
+func TestAnotherMethodOnAKeptConnectionIsServedThereToo(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cc := b.dial(t)
@@ -239,6 +250,9 @@ func TestAnotherMethodOnAKeptConnectionIsRetriedOnANewOneWhileTheStreamGoesOn(t 
 	}
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after CloseSend: %v, want io.EOF", err)
+	}
+	if b.kept.Load() != 2 || b.srv.Connections() != 1 {
+		t.Fatalf("%d calls served here on %d connections, want 2 on 1", b.kept.Load(), b.srv.Connections())
 	}
 }
 

@@ -262,6 +262,11 @@ func (st *Stream) WriteStatus(s *status.Status) error {
 		return nil
 	}
 	st.done = true
+	// Out of the count of open streams before the client can see the end:
+	// it may open the next stream the moment it does.
+	c.mu.Lock()
+	delete(c.streams, st.id)
+	c.mu.Unlock()
 	b := appendHeaderBlock(nil, st.id, c.encode(trailerFields(s, st.trailer, !st.headerSent)...), true, c.peerMaxFrame())
 	st.rmu.Lock()
 	clientOpen := !st.recvEOF

@@ -127,6 +127,12 @@ type ConnLimits struct {
 	// GRPCMaxStreams caps the calls and streams open at once on one gRPC
 	// connection; a client past it waits for one to end. 0 means no cap.
 	GRPCMaxStreams uint32
+	// WorkerTransport serves connections whose first call is a worker's
+	// Connect: "lean" (or empty) with aion's own HTTP/2 transport, one
+	// goroutine per connection besides each stream's handler; "grpc" with
+	// grpc-go's, as every other connection is. Under TLS every connection
+	// is grpc-go's.
+	WorkerTransport string
 	// HTTPReadHeaderTimeout bounds reading a request's headers.
 	HTTPReadHeaderTimeout time.Duration
 	// HTTPReadTimeout bounds reading a whole request, body included.
@@ -192,6 +198,7 @@ func DefaultConnLimits() ConnLimits {
 		GRPCHandshakeTimeout:  10 * time.Second,
 		GRPCIdleTimeout:       5 * time.Minute,
 		GRPCMaxStreams:        1000,
+		WorkerTransport:       WorkerTransportLean,
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       30 * time.Second,
 		HTTPWriteTimeout:      30 * time.Second,
@@ -229,6 +236,11 @@ func (c Config) Validate() error {
 	case namespace.Open, namespace.Closed:
 	default:
 		bad("--auto-create %q: want %q or %q", c.AutoCreate, namespace.Open, namespace.Closed)
+	}
+	switch c.Conn.WorkerTransport {
+	case "", WorkerTransportLean, WorkerTransportGRPC:
+	default:
+		bad("--worker-transport %q: want %s or %s", c.Conn.WorkerTransport, WorkerTransportLean, WorkerTransportGRPC)
 	}
 	switch c.SQLiteSync {
 	case "", "full", "normal":

@@ -18,6 +18,13 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
+// The HTTP/2 receive windows of a call and of a connection (see
+// connectionOptions); both transports use them.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
+)
+
 // readBuffer is the size of a connection's read buffer, taken from a pool
 // for each read and given back once its bytes are parsed. Idle workers'
 // pings arrive on thousands of connections at once, so the pool's size
@@ -44,7 +51,7 @@ func connectionOptions(c ConnLimits) []grpc.ServerOption {
 	// connection, before the server reads on; so a call refused from its
 	// headers costs the server little to discard. A message the server
 	// reads opens its call's window to its whole size.
-	opts = append(opts, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20))
+	opts = append(opts, grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))
 	opts = append(opts, grpc.ReadBufferSize(readBuffer))
 	return append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionIdle: c.GRPCIdleTimeout, // 0 is grpc's "infinity"

@@ -405,4 +405,27 @@ func (s *Server) register(desc *grpc.ServiceDesc, impl any) {
 		d.Methods[i] = m
 	}
 	s.grpc.RegisterService(&d, impl)
+	if s.methods == nil {
+		s.methods = make(map[string]method)
+	}
+	for i := range d.Methods {
+		s.methods["/"+d.ServiceName+"/"+d.Methods[i].MethodName] = method{impl: impl, unary: &d.Methods[i]}
+	}
+	for i := range d.Streams {
+		s.methods["/"+d.ServiceName+"/"+d.Streams[i].StreamName] = method{impl: impl, stream: &d.Streams[i]}
+	}
+}
+
+// method is one registered method, for the calls the lean transport serves.
+type method struct {
+	impl   any
+	unary  *grpc.MethodDesc
+	stream *grpc.StreamDesc
+}
+
+// chainStream runs outer around inner.
+func chainStream(outer, inner grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return outer(srv, ss, info, func(srv any, ss grpc.ServerStream) error { return inner(srv, ss, info, h) })
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/aion-run/aion/internal/cluster"
 	"github.com/aion-run/aion/internal/engine"
 	"github.com/aion-run/aion/internal/events"
+	"github.com/aion-run/aion/internal/h2"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/metrics"
 	"github.com/aion-run/aion/internal/namespace"
@@ -85,10 +86,18 @@ type Server struct {
 	asides        asides // deep work of worker streams, off their goroutines
 	clientStreams map[string]bool
 
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	grpcLis net.Listener
+	grpc *grpc.Server
+	// lean serves worker streams on the gRPC listener, handing every other
+	// connection to grpc through handoff; nil when grpc serves them all.
+	lean    *h2.Server
+	handoff *h2.Handoff
+	// The interceptors both transports run, and the methods registered.
+	unaryIntercept  grpc.UnaryServerInterceptor
+	streamIntercept grpc.StreamServerInterceptor
+	methods         map[string]method
+	health          *health.Server
+	http            *http.Server
+	grpcLis         net.Listener
 	// refusedOpen counts refused calls whose context has not ended yet.
 	refusedOpen atomic.Int64
 	httpLis     net.Listener
@@ -257,6 +266,7 @@ func (s *Server) wire() {
 			Lost: s.lostCluster, Observer: s.metrics.Leases(), Log: s.log})
 	}
 	s.grpc = s.grpcServer()
+	s.lean, s.handoff = s.leanTransport()
 	s.http = httpServer(s.httpAuth(s.httpMux()), cfg.Conn, &s.httpOpen)
 	if s.tls != nil {
 		s.httpLis = tls.NewListener(s.httpLis, s.tls)
@@ -321,13 +331,15 @@ func (s *Server) grpcServer() *grpc.Server {
 	}
 	s.receiveRate = newReceiveRate(rate, time.Now)
 	s.decoder = newDecoder(&s.asides)
+	s.unaryIntercept = s.metrics.UnaryInterceptor()
+	s.streamIntercept = chainStream(s.metrics.StreamInterceptor(), s.streamDecode)
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
 		grpc.MaxHeaderListSize(limit.Metadata),
 		grpc.InTapHandle(s.admitCall),
 		grpc.ForceServerCodecV2(s.decoder),
-		grpc.ChainUnaryInterceptor(s.metrics.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(s.metrics.StreamInterceptor(), s.streamDecode),
+		grpc.UnaryInterceptor(s.unaryIntercept),
+		grpc.StreamInterceptor(s.streamIntercept),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	opts = append(opts, connectionOptions(s.cfg.Conn)...)
@@ -420,7 +432,18 @@ func (s *Server) Start(ctx context.Context) error {
 	s.serving.Add(2)
 	go func() {
 		defer s.serving.Done()
-		if err := s.grpc.Serve(s.grpcLis); err != nil {
+		if s.lean == nil {
+			if err := s.grpc.Serve(s.grpcLis); err != nil {
+				s.failed(err)
+			}
+			return
+		}
+		s.serving.Go(func() {
+			if err := s.lean.Serve(s.grpcLis); !errors.Is(err, h2.ErrServerClosed) {
+				s.failed(err)
+			}
+		})
+		if err := s.grpc.Serve(s.handoff); err != nil {
 			s.failed(err)
 		}
 	}()
@@ -531,10 +554,21 @@ func (s *Server) stop(ctx context.Context) error {
 	}
 	s.connsMu.Unlock()
 	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	leanCtx, leanStop := context.WithCancel(context.Background())
+	defer leanStop()
+	go func() {
+		var wg sync.WaitGroup
+		if s.lean != nil {
+			wg.Go(func() { _ = s.lean.Shutdown(leanCtx) })
+		}
+		s.grpc.GracefulStop()
+		wg.Wait()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
+		leanStop()
 		s.grpc.Stop()
 		<-stopped
 	}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"math"
+
+	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/h2"
+	"github.com/aion-run/aion/internal/limit"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// The values of --worker-transport.
+const (
+	WorkerTransportLean = "lean"
+	WorkerTransportGRPC = "grpc"
+)
+
+// leanTransport builds the transport that serves worker streams on
+// connections whose first call is Connect (see internal/h2), sharing the
+// gRPC listener with s.grpc, or returns nil when grpc-go serves every
+// connection (--worker-transport grpc, or TLS).
+//
+// Every call on such a connection is served here, a worker's stream or not
+// (serveCall). Each such connection costs one goroutine and a few KiB of buffers
+// and state besides its streams' handlers, where grpc-go keeps three
+// goroutines (reader, writer, keepalive) and its per-connection
+// structures. A stream is served exactly as grpc-go would serve it: the same
+// tap decision (admitCall), interceptors, decoder and limits.
+func (s *Server) leanTransport() (*h2.Server, *h2.Handoff) {
+	if s.tls != nil || s.cfg.Conn.WorkerTransport == WorkerTransportGRPC {
+		return nil, nil
+	}
+	handoff := h2.NewHandoff(s.grpcLis.Addr())
+	srv, err := h2.NewServer(h2.Config{
+		Method: aionv1.WorkerService_Connect_FullMethodName,
+		Admit: func(ctx context.Context, method string, md metadata.MD) (context.Context, error) {
+			return s.admitCall(ctx, &tap.Info{FullMethodName: method, Header: md})
+		},
+		Handle:            s.serveCall,
+		Handoff:           handoff.Give,
+		Codec:             s.decoder,
+		MaxStreams:        cmp.Or(s.cfg.Conn.GRPCMaxStreams, math.MaxUint32), // 0: no cap, as grpc-go
+		StreamWindow:      streamWindow,
+		ConnWindow:        connWindow,
+		MaxRecvMsgSize:    limit.Message,
+		MaxHeaderListSize: limit.Metadata,
+		HandshakeTimeout:  s.cfg.Conn.GRPCHandshakeTimeout,
+		IdleTimeout:       s.cfg.Conn.GRPCIdleTimeout,
+		KeepaliveTime:     keepaliveTime,
+		KeepaliveTimeout:  keepaliveTimeout,
+	})
+	if err != nil {
+		panic(err) // every field it requires is set above
+	}
+	return srv, handoff
+}
+
+// serveCall serves one call on a connection of the lean transport as
+// grpc-go serves it: the registered handler behind the same interceptors.
+func (s *Server) serveCall(st *h2.Stream) error {
+	m, ok := s.methods[st.Method()]
+	switch {
+	case !ok:
+		if err := refusal(st.Context()); err != nil {
+			return err
+		}
+		return status.Errorf(codes.Unimplemented, "unknown method %s", st.Method())
+	case m.unary != nil:
+		read := func(v any) error {
+			if err := st.RecvMsg(v); !errors.Is(err, io.EOF) {
+				return err
+			}
+			return status.Error(codes.Internal, "the call ended before its request")
+		}
+		resp, err := m.unary.Handler(m.impl, st.Context(), read, s.unaryIntercept)
+		if err != nil {
+			return err
+		}
+		return st.SendMsg(resp)
+	}
+	info := &grpc.StreamServerInfo{FullMethod: st.Method(), IsClientStream: m.stream.ClientStreams, IsServerStream: m.stream.ServerStreams}
+	return s.streamIntercept(m.impl, st, info, m.stream.Handler)
+}
