@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -28,7 +29,10 @@ type conn struct {
 	s  *Server
 	nc net.Conn
 
-	// Read side, the connection's goroutine only.
+	// Read side, the connection's goroutine only. br is small: it lets the
+	// frame header and a small frame (a ping, a result) come in one read;
+	// a larger payload is read past it, straight into its buffer.
+	br         *bufio.Reader
 	hdr        [headerLen]byte
 	dec        *hpack.Decoder
 	fields     []hpack.HeaderField
@@ -50,9 +54,16 @@ type conn struct {
 	closed   bool
 	handed   bool
 
-	wmu    sync.Mutex // serializes writes and the header encoder
-	enc    *hpack.Encoder
-	encBuf bytes.Buffer
+	// On wmu: the header encoder, the bytes queued for the flusher, whether
+	// one runs, the first write error, and whether the connection closes
+	// once the queue is written.
+	wmu      sync.Mutex
+	enc      *hpack.Encoder
+	encBuf   bytes.Buffer
+	pend     []byte
+	flushing bool
+	closing  bool
+	werr     error
 
 	active atomic.Bool // a frame arrived since the last watch
 	// The watch's own.
@@ -70,6 +81,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		silentSince: s.cfg.Clock.Now(),
 	}
 	c.cond.L = &c.mu
+	c.br = bufio.NewReaderSize(nc, readBuffer)
 	c.dec = hpack.NewDecoder(4096, c.emit)
 	c.dec.SetMaxStringLength(int(s.cfg.MaxHeaderListSize))
 	return c
@@ -100,7 +112,7 @@ func (c *conn) serve() {
 			h   header
 			buf *[]byte
 		)
-		h, buf, err = readFrame(c.nc, &c.hdr, defaultFrameSize)
+		h, buf, err = readFrame(c.br, &c.hdr, defaultFrameSize)
 		if err != nil {
 			break
 		}
@@ -151,6 +163,9 @@ type firstCall struct {
 	over   bool
 }
 
+// readBuffer is the size of a kept connection's read buffer.
+const readBuffer = 512
+
 // handshake reads the preface and the frames up to the first call's
 // headers, then keeps the connection (the call is to Method) or hands it
 // off with everything read so far. Until it decides it writes nothing but
@@ -181,7 +196,10 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 	if string(pre[:]) != preface {
 		return handoff()
 	}
-	if err := c.write(c.settings()); err != nil {
+	// Written at once, not queued: a connection handed off must have it
+	// on the wire before grpc-go writes its own.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+	if _, err := c.nc.Write(c.settings()); err != nil {
 		return nil, false, err
 	}
 	type early struct {
@@ -322,7 +340,7 @@ func (c *conn) handle(h header, p []byte) error {
 	case frameData:
 		return c.handleData(h, p)
 	case frameHeaders:
-		call, err := c.readHeaders(c.nc, h, p)
+		call, err := c.readHeaders(c.br, h, p)
 		if err != nil {
 			return err
 		}
@@ -575,20 +593,58 @@ func (c *conn) encode(kv ...string) []byte {
 	return c.encBuf.Bytes()
 }
 
-// write writes b whole, or closes the connection.
+// write queues b for the connection's flusher.
 func (c *conn) write(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return c.writeLocked(b)
 }
 
+// writeLocked queues b, in order, and starts a flusher unless one runs:
+// frames queued while it writes go out together in its next write, as a
+// burst of tasks to one worker does. It fails once a write has failed.
 func (c *conn) writeLocked(b []byte) error {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	if _, err := c.nc.Write(b); err != nil {
-		go c.close(fmt.Errorf("write: %w", err)) // not under wmu: close takes mu
-		return err
+	if c.werr != nil {
+		return c.werr
+	}
+	c.pend = append(c.pend, b...)
+	if !c.flushing {
+		c.flushing = true
+		c.s.wg.Add(1)
+		go c.flush()
 	}
 	return nil
+}
+
+// flush writes what is queued until nothing is, then ends; a connection
+// that closed meanwhile is closed once its last bytes are out.
+func (c *conn) flush() {
+	defer c.s.wg.Done()
+	for {
+		c.wmu.Lock()
+		b := c.pend
+		c.pend = nil
+		if len(b) == 0 {
+			c.flushing = false
+			closing := c.closing
+			c.wmu.Unlock()
+			if closing {
+				_ = c.nc.Close()
+			}
+			return
+		}
+		c.wmu.Unlock()
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if _, err := c.nc.Write(b); err != nil {
+			c.wmu.Lock()
+			c.werr = fmt.Errorf("write: %w", err)
+			c.pend, c.flushing = nil, false
+			c.wmu.Unlock()
+			_ = c.nc.Close()
+			c.close(err)
+			return
+		}
+	}
 }
 
 // reserve waits until st may send up to want bytes and takes them from the
@@ -662,13 +718,30 @@ func (c *conn) close(err error) {
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
-	_ = c.nc.Close()
+	c.wmu.Lock()
+	c.closing = c.flushing // the flusher closes it once its bytes (a GOAWAY) are out
+	c.wmu.Unlock()
+	if !c.closing {
+		_ = c.nc.Close()
+	}
 	msg := "the connection closed"
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		msg += ": " + err.Error()
 	}
 	for _, st := range streams {
 		st.abort(status.New(codes.Unavailable, msg).Err())
+	}
+}
+
+// kill closes the connection at once, without waiting for a flusher to
+// write what is queued.
+func (c *conn) kill(err error) {
+	c.close(err)
+	c.mu.Lock()
+	handed := c.handed
+	c.mu.Unlock()
+	if !handed {
+		_ = c.nc.Close()
 	}
 }
 

@@ -227,7 +227,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.stopAccepting()
 	for _, c := range s.snapshot() {
-		c.close(errors.New("server closed"))
+		c.kill(errors.New("server closed"))
 	}
 	s.wg.Wait()
 	return nil
