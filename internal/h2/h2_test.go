@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -33,8 +33,8 @@ type echo struct {
 	testgrpc.UnimplementedTestServiceServer
 }
 
-func (echo) UnaryCall(_ context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{Payload: req.GetPayload()}, nil
+func (echo) UnaryCall(_ context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Payload: req.GetPayload()}, nil
 }
 
 func (echo) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
@@ -50,12 +50,12 @@ func (echo) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) err
 			return status.Error(codes.Code(s.Code), s.Message)
 		}
 		if len(req.ResponseParameters) == 0 {
-			if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
+			if err := stream.Send(&testgrpc.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
 				return err
 			}
 		}
 		for _, p := range req.ResponseParameters {
-			if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, p.Size)}}); err != nil {
+			if err := stream.Send(&testgrpc.StreamingOutputCallResponse{Payload: &testgrpc.Payload{Body: make([]byte, p.Size)}}); err != nil {
 				return err
 			}
 		}
@@ -71,7 +71,6 @@ type bundle struct {
 	admitMD metadata.MD
 	handle  func(*h2.Stream) error // overrides the echo when set
 	refuse  error
-	clock   *clock.Fake
 }
 
 type option func(*h2.Config, *bundle)
@@ -146,7 +145,7 @@ func (b *bundle) dial(t *testing.T) *grpc.ClientConn {
 	return cc
 }
 
-func payload(n int) *testpb.Payload { return &testpb.Payload{Body: []byte(strings.Repeat("x", n))} }
+func payload(n int) *testgrpc.Payload { return &testgrpc.Payload{Body: []byte(strings.Repeat("x", n))} }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -170,7 +169,7 @@ func TestStreamOnItsMethodIsServedHereWithItsMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(i * 10)}); err != nil {
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(i * 10)}); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := stream.Recv()
@@ -207,7 +206,7 @@ func TestStreamOnItsMethodIsServedHereWithItsMetadata(t *testing.T) {
 func TestConnectionWhoseFirstCallIsAnotherMethodIsHandedOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	resp, err := testgrpc.NewTestServiceClient(b.dial(t)).UnaryCall(ctxT(t), &testpb.SimpleRequest{Payload: payload(100)})
+	resp, err := testgrpc.NewTestServiceClient(b.dial(t)).UnaryCall(ctxT(t), &testgrpc.SimpleRequest{Payload: payload(100)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +232,7 @@ func TestAnotherMethodOnAKeptConnectionIsServedThereToo(t *testing.T) {
 	}
 	roundTrip := func(n int) {
 		t.Helper()
-		if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
 			t.Fatal(err)
 		}
 		if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != n {
@@ -241,7 +240,7 @@ func TestAnotherMethodOnAKeptConnectionIsServedThereToo(t *testing.T) {
 		}
 	}
 	roundTrip(5)
-	if _, err := client.UnaryCall(ctxT(t), &testpb.SimpleRequest{Payload: payload(7)}); err != nil {
+	if _, err := client.UnaryCall(ctxT(t), &testgrpc.SimpleRequest{Payload: payload(7)}); err != nil {
 		t.Fatalf("unary call after the stream: %v", err)
 	}
 	roundTrip(9)
@@ -264,9 +263,9 @@ func TestMessagesLargerThanTheWindowsCrossBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []int{1 << 20, 3 << 20, 17} {
-		if err := stream.Send(&testpb.StreamingOutputCallRequest{
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{
 			Payload:            payload(n),
-			ResponseParameters: []*testpb.ResponseParameters{{Size: int32(n)}, {Size: 1}},
+			ResponseParameters: []*testgrpc.ResponseParameters{{Size: int32(n)}, {Size: 1}},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +292,7 @@ func TestMessageOverTheLimitEndsTheStreamWithResourceExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(2 << 20)})
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(2 << 20)})
 	_, err = stream.Recv()
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "vs. 1048576") {
 		t.Fatalf("got %v, want ResourceExhausted naming the limit", err)
@@ -308,7 +307,7 @@ func TestHandlerStatusReachesTheClientIntact(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := "naïve 100% refusal\nsecond line"
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.FailedPrecondition), Message: msg}})
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(codes.FailedPrecondition), Message: msg}})
 	_, err = stream.Recv()
 	if s := status.Convert(err); s.Code() != codes.FailedPrecondition || s.Message() != msg {
 		t.Fatalf("got %v %q, want FailedPrecondition %q", s.Code(), s.Message(), msg)
@@ -344,7 +343,7 @@ func TestWriteStatusFromElsewhereEndsBothSides(t *testing.T) {
 			handlerErr <- errors.New("the transport stream has no WriteStatus")
 			return nil
 		}
-		var m testpb.StreamingOutputCallRequest
+		var m testgrpc.StreamingOutputCallRequest
 		if err := s.RecvMsg(&m); err != nil {
 			handlerErr <- err
 			return err
@@ -358,7 +357,7 @@ func TestWriteStatusFromElsewhereEndsBothSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{})
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{})
 	_, err = stream.Recv()
 	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "worker timed out" {
 		t.Fatalf("client got %v, want Unavailable: worker timed out", err)
@@ -386,7 +385,7 @@ func TestClientCancelAndDeadlineReachTheHandlersContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{}) // the headers go out with the first message
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{}) // the headers go out with the first message
 	if d := <-deadline; d < 59*time.Minute || d > time.Hour {
 		t.Fatalf("handler's deadline is %v away, want about an hour", d)
 	}
@@ -411,7 +410,7 @@ func TestManyStreamsShareOneConnection(t *testing.T) {
 			}
 			for j := range 10 {
 				n := i*10 + j
-				if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
+				if err := stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(n)}); err != nil {
 					errs <- err
 					return
 				}
@@ -447,14 +446,14 @@ func TestShutdownWaitsForOpenStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(3)})
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(3)})
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- b.srv.Shutdown(ctxT(t)) }()
 	// The stream still works while the server shuts down.
-	_ = stream.Send(&testpb.StreamingOutputCallRequest{Payload: payload(4)})
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(4)})
 	if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != 4 {
 		t.Fatalf("during shutdown: %v", err)
 	}
@@ -469,5 +468,57 @@ func TestShutdownWaitsForOpenStreams(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+func TestKeptConnectionWithoutStreamsClosesAfterTheIdleTimeout(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	b := setup(t, func(c *h2.Config, _ *bundle) {
+		c.Clock = fake
+		c.IdleTimeout = 5 * time.Minute
+	})
+	cc := b.dial(t)
+	stream, err := testgrpc.NewTestServiceClient(cc).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(1)})
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.CloseSend()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+	if s := cc.GetState(); s != connectivity.Ready {
+		t.Fatalf("client state %v, want READY", s)
+	}
+	changed := make(chan struct{})
+	go func() {
+		cc.WaitForStateChange(ctxT(t), connectivity.Ready)
+		close(changed)
+	}()
+	// Four minutes of fake time leave the connection open; its silence is
+	// not the client's fault while the server holds no stream.
+	for range 240 {
+		fake.Advance(time.Second)
+	}
+	if b.srv.Connections() != 1 {
+		t.Fatalf("%d connections after 4 idle minutes, want 1", b.srv.Connections())
+	}
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("the connection is still open after 37 fake minutes without a stream")
+		}
+		fake.Advance(10 * time.Second)
+		select {
+		case <-changed:
+			if b.kept.Load() != 1 {
+				t.Fatalf("%d streams served, want 1", b.kept.Load())
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
