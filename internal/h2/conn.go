@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -27,7 +29,8 @@ import (
 // for silence.
 type conn struct {
 	s  *Server
-	nc net.Conn
+	nc net.Conn // closed to end the connection
+	rw net.Conn // read and written: nc, or the TLS connection over it
 
 	// Read side, the connection's goroutine only. br is small: it lets the
 	// frame header and a small frame (a ping, a result) come in one read;
@@ -74,6 +77,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:           s,
 		nc:          nc,
+		rw:          nc,
 		recvAvail:   defaultWindow,
 		sendWin:     defaultWindow,
 		peerInit:    defaultWindow,
@@ -81,7 +85,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		silentSince: s.cfg.Clock.Now(),
 	}
 	c.cond.L = &c.mu
-	c.br = bufio.NewReaderSize(nc, readBuffer)
 	c.dec = hpack.NewDecoder(4096, c.emit)
 	c.dec.SetMaxStringLength(int(s.cfg.MaxHeaderListSize))
 	return c
@@ -156,6 +159,19 @@ func (r *replayConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// TLSState is the TLS state of a connection the server handed off or kept,
+// when it came over TLS: a grpc.Server taking handed-off connections uses it
+// in place of a second handshake.
+func TLSState(c net.Conn) (tls.ConnectionState, bool) {
+	if r, ok := c.(*replayConn); ok {
+		c = r.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
+}
+
 // firstCall is the first stream's HEADERS, decoded while deciding.
 type firstCall struct {
 	h      header
@@ -173,9 +189,9 @@ const readBuffer = 512
 // the same settings twice.
 func (c *conn) handshake() (*firstCall, bool, error) {
 	cfg := &c.s.cfg
-	rec := &recorder{r: c.nc}
+	rec := &recorder{r: c.rw}
 	handoff := func() (*firstCall, bool, error) {
-		_ = c.nc.SetReadDeadline(time.Time{})
+		_ = c.rw.SetDeadline(time.Time{})
 		c.mu.Lock()
 		closed := c.closed
 		c.handed = !closed
@@ -183,11 +199,20 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 		if closed {
 			return nil, false, net.ErrClosed
 		}
-		cfg.Handoff(&replayConn{Conn: c.nc, buf: rec.buf})
+		cfg.Handoff(&replayConn{Conn: c.rw, buf: rec.buf})
 		return nil, true, nil
 	}
 	if cfg.HandshakeTimeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
+		_ = c.nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	}
+	if c.s.tls != nil {
+		tc := tls.Server(c.nc, c.s.tls)
+		if err := tc.Handshake(); err != nil {
+			return nil, false, fmt.Errorf("tls handshake: %w", err)
+		}
+		_ = c.nc.SetWriteDeadline(time.Time{})
+		c.rw = tc
+		rec.r = tc
 	}
 	var pre [len(preface)]byte
 	if _, err := io.ReadFull(rec, pre[:]); err != nil {
@@ -198,8 +223,8 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 	}
 	// Written at once, not queued: a connection handed off must have it
 	// on the wire before grpc-go writes its own.
-	_ = c.nc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
-	if _, err := c.nc.Write(c.settings()); err != nil {
+	_ = c.rw.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+	if _, err := c.rw.Write(c.settings()); err != nil {
 		return nil, false, err
 	}
 	type early struct {
@@ -224,7 +249,7 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 				if cfg.IdleTimeout > 0 {
 					deadline = time.Now().Add(cfg.IdleTimeout)
 				}
-				_ = c.nc.SetReadDeadline(deadline)
+				_ = c.rw.SetReadDeadline(deadline)
 			}
 			pending = append(pending, early{h, bytes.Clone(*buf)})
 			release(buf)
@@ -243,7 +268,8 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 		if err != nil || first.path() != cfg.Method {
 			return handoff()
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
+		_ = c.rw.SetReadDeadline(time.Time{})
+		c.br = bufio.NewReaderSize(c.rw, readBuffer)
 		c.mu.Lock()
 		c.kept = !c.closed
 		c.mu.Unlock()
@@ -529,7 +555,11 @@ func (c *conn) open(call *firstCall) error {
 	}
 	st := &Stream{c: c, id: id, method: method, cancel: cancel, ready: make(chan struct{}, 1)}
 	st.recvLimit = int64(cfg.StreamWindow)
-	ctx = peer.NewContext(ctx, &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()})
+	p := &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()}
+	if st, ok := TLSState(c.rw); ok {
+		p.AuthInfo = credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	}
+	ctx = peer.NewContext(ctx, p)
 	ctx = metadata.NewIncomingContext(ctx, md)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, transportStream{st})
 	ctx, err = cfg.Admit(ctx, method, md)
@@ -634,8 +664,8 @@ func (c *conn) flush() {
 			return
 		}
 		c.wmu.Unlock()
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		if _, err := c.nc.Write(b); err != nil {
+		_ = c.rw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if _, err := c.rw.Write(b); err != nil {
 			c.wmu.Lock()
 			c.werr = fmt.Errorf("write: %w", err)
 			c.pend, c.flushing = nil, false

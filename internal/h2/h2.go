@@ -12,9 +12,11 @@ package h2
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +43,11 @@ type Config struct {
 	Handoff func(net.Conn)
 	// Codec encodes and decodes messages ("proto" when nil).
 	Codec encoding.CodecV2
+	// TLS, when set, is the server's TLS configuration: every connection
+	// is shaken hands with first ("h2" is added to its protocols), within
+	// the handshake timeout. A connection handed off is so already; see
+	// TLSState.
+	TLS *tls.Config
 
 	// MaxStreams caps the streams open at once on a connection (0: 1000).
 	MaxStreams uint32
@@ -109,6 +116,7 @@ var ErrServerClosed = errors.New("h2: server closed")
 // first call is to it.
 type Server struct {
 	cfg Config
+	tls *tls.Config
 
 	mu       sync.Mutex
 	lis      net.Listener
@@ -126,7 +134,14 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errors.New("h2: Method, Admit, Handle and Handoff are all required")
 	}
 	cfg.defaults()
-	return &Server{cfg: cfg, conns: make(map[*conn]struct{}), connDone: make(chan struct{}, 1)}, nil
+	s := &Server{cfg: cfg, conns: make(map[*conn]struct{}), connDone: make(chan struct{}, 1)}
+	if cfg.TLS != nil {
+		s.tls = cfg.TLS.Clone()
+		if !slices.Contains(s.tls.NextProtos, "h2") {
+			s.tls.NextProtos = append([]string{"h2"}, s.tls.NextProtos...)
+		}
+	}
+	return s, nil
 }
 
 // Serve accepts connections on lis until it fails or the server is shut

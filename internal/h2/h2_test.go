@@ -2,8 +2,14 @@ package h2_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -17,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -71,9 +78,35 @@ type bundle struct {
 	admitMD metadata.MD
 	handle  func(*h2.Stream) error // overrides the echo when set
 	refuse  error
+	roots   *x509.CertPool // set: serve and dial over TLS
 }
 
 type option func(*h2.Config, *bundle)
+
+// withTLS serves over TLS with a fresh self-signed certificate for
+// 127.0.0.1, and dials trusting it.
+func withTLS(t *testing.T) option {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *h2.Config, b *bundle) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}}, MinVersion: tls.VersionTLS12}
+		b.roots = x509.NewCertPool()
+		b.roots.AddCert(leaf)
+	}
+}
 
 func setup(t *testing.T, opts ...option) *bundle {
 	t.Helper()
@@ -81,8 +114,7 @@ func setup(t *testing.T, opts ...option) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{addr: lis.Addr().String(), grpc: grpc.NewServer()}
-	testgrpc.RegisterTestServiceServer(b.grpc, echo{})
+	b := &bundle{addr: lis.Addr().String()}
 	handoff := h2.NewHandoff(lis.Addr())
 	desc := testgrpc.TestService_ServiceDesc.Streams[2]  // FullDuplexCall
 	unary := testgrpc.TestService_ServiceDesc.Methods[1] // UnaryCall
@@ -119,6 +151,12 @@ func setup(t *testing.T, opts ...option) *bundle {
 	for _, o := range opts {
 		o(&cfg, b)
 	}
+	var gopts []grpc.ServerOption
+	if cfg.TLS != nil {
+		gopts = append(gopts, grpc.Creds(handedTLS{}))
+	}
+	b.grpc = grpc.NewServer(gopts...)
+	testgrpc.RegisterTestServiceServer(b.grpc, echo{})
 	b.srv, err = h2.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +175,34 @@ func setup(t *testing.T, opts ...option) *bundle {
 
 func (b *bundle) dial(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if b.roots != nil {
+		creds = credentials.NewTLS(&tls.Config{RootCAs: b.roots, MinVersion: tls.VersionTLS12})
+	}
+	cc, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// handedTLS takes connections the h2 server handed off after its TLS
+// handshake, as they are; it refuses any other.
+type handedTLS struct {
+	credentials.TransportCredentials
+}
+
+func (handedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	st, ok := h2.TLSState(c)
+	if !ok {
+		return nil, nil, errors.New("a connection that did not come through TLS")
+	}
+	return c, credentials.TLSInfo{State: st}, nil
+}
+
+func (handedTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func payload(n int) *testgrpc.Payload { return &testgrpc.Payload{Body: []byte(strings.Repeat("x", n))} }
@@ -520,5 +580,42 @@ func TestKeptConnectionWithoutStreamsClosesAfterTheIdleTimeout(t *testing.T) {
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+func TestOverTLSBothTheKeptAndTheHandedOffConnectionsServe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withTLS(t))
+	var tlsPeer atomic.Bool
+	desc := testgrpc.TestService_ServiceDesc.Streams[2]
+	b.handle = func(s *h2.Stream) error {
+		p, _ := peer.FromContext(s.Context())
+		_, ok := p.AuthInfo.(credentials.TLSInfo)
+		tlsPeer.Store(ok)
+		return desc.Handler(echo{}, s)
+	}
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: payload(12)})
+	if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != 12 {
+		t.Fatalf("stream over TLS: %v", err)
+	}
+	_ = stream.CloseSend()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+	if !tlsPeer.Load() {
+		t.Error("the kept stream's peer carries no TLS state")
+	}
+	// A second client whose first call is unary is handed off after the
+	// handshake, and grpc-go serves it without shaking hands again.
+	resp, err := testgrpc.NewTestServiceClient(b.dial(t)).UnaryCall(ctxT(t), &testgrpc.SimpleRequest{Payload: payload(33)})
+	if err != nil || len(resp.GetPayload().GetBody()) != 33 {
+		t.Fatalf("unary over TLS, handed off: %v", err)
+	}
+	if b.kept.Load() != 1 {
+		t.Fatalf("%d calls served here, want the stream only", b.kept.Load())
 	}
 }

@@ -130,8 +130,7 @@ type ConnLimits struct {
 	// WorkerTransport serves connections whose first call is a worker's
 	// Connect: "lean" (or empty) with aion's own HTTP/2 transport, one
 	// goroutine per connection besides each stream's handler; "grpc" with
-	// grpc-go's, as every other connection is. Under TLS every connection
-	// is grpc-go's.
+	// grpc-go's, as every other connection is.
 	WorkerTransport string
 	// HTTPReadHeaderTimeout bounds reading a request's headers.
 	HTTPReadHeaderTimeout time.Duration

@@ -344,7 +344,11 @@ func (s *Server) grpcServer() *grpc.Server {
 	}
 	opts = append(opts, connectionOptions(s.cfg.Conn)...)
 	if s.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+		creds := credentials.NewTLS(s.tls)
+		if s.cfg.Conn.WorkerTransport != WorkerTransportGRPC {
+			creds = handedCreds{creds} // the lean transport shakes hands first
+		}
+		opts = append(opts, grpc.Creds(creds))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/h2"
 	"github.com/aion-run/aion/internal/limit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -26,7 +28,9 @@ const (
 // leanTransport builds the transport that serves worker streams on
 // connections whose first call is Connect (see internal/h2), sharing the
 // gRPC listener with s.grpc, or returns nil when grpc-go serves every
-// connection (--worker-transport grpc, or TLS).
+// connection (--worker-transport grpc). Under TLS it shakes hands with every
+// connection first; s.grpc takes the ones it hands off as they are (see
+// handedCreds).
 //
 // Every call on such a connection is served here, a worker's stream or not
 // (serveCall). Each such connection costs one goroutine and a few KiB of buffers
@@ -35,7 +39,7 @@ const (
 // structures. A stream is served exactly as grpc-go would serve it: the same
 // tap decision (admitCall), interceptors, decoder and limits.
 func (s *Server) leanTransport() (*h2.Server, *h2.Handoff) {
-	if s.tls != nil || s.cfg.Conn.WorkerTransport == WorkerTransportGRPC {
+	if s.cfg.Conn.WorkerTransport == WorkerTransportGRPC {
 		return nil, nil
 	}
 	handoff := h2.NewHandoff(s.grpcLis.Addr())
@@ -47,6 +51,7 @@ func (s *Server) leanTransport() (*h2.Server, *h2.Handoff) {
 		Handle:            s.serveCall,
 		Handoff:           handoff.Give,
 		Codec:             s.decoder,
+		TLS:               s.tls,
 		MaxStreams:        cmp.Or(s.cfg.Conn.GRPCMaxStreams, math.MaxUint32), // 0: no cap, as grpc-go
 		StreamWindow:      streamWindow,
 		ConnWindow:        connWindow,
@@ -88,4 +93,22 @@ func (s *Server) serveCall(st *h2.Stream) error {
 	}
 	info := &grpc.StreamServerInfo{FullMethod: st.Method(), IsClientStream: m.stream.ClientStreams, IsServerStream: m.stream.ServerStreams}
 	return s.streamIntercept(m.impl, st, info, m.stream.Handler)
+}
+
+// handedCreds are the gRPC server's TLS credentials when the lean transport
+// runs: a connection it handed off has finished its TLS handshake already,
+// and is taken as it is, with that handshake's state.
+type handedCreds struct {
+	credentials.TransportCredentials
+}
+
+func (h handedCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if st, ok := h2.TLSState(c); ok {
+		return c, credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+	}
+	return h.TransportCredentials.ServerHandshake(c)
+}
+
+func (h handedCreds) Clone() credentials.TransportCredentials {
+	return handedCreds{h.TransportCredentials.Clone()}
 }
