@@ -1,6 +1,7 @@
 package h2_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -20,6 +21,8 @@ import (
 	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/h2"
 	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -617,5 +620,74 @@ func TestOverTLSBothTheKeptAndTheHandedOffConnectionsServe(t *testing.T) {
 	}
 	if b.kept.Load() != 1 {
 		t.Fatalf("%d calls served here, want the stream only", b.kept.Load())
+	}
+}
+
+// rawClient opens a connection by hand, with x/net/http2's framer, and
+// opens one FullDuplexCall stream on it, so the server keeps it.
+func rawClient(t *testing.T, b *bundle) (*http2.Framer, net.Conn) {
+	t.Helper()
+	nc, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := nc.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(nc, nc)
+	fr.AllowIllegalWrites = true // the tests write what clients must not
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", b.addr},
+		{":path", testgrpc.TestService_FullDuplexCall_FullMethodName}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	return fr, nc
+}
+
+func TestPingIsAnsweredAndAMalformedFrameEndsTheConnectionWithGoAway(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fr, _ := rawClient(t, b)
+	if err := fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	for acked := false; !acked; {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the ping's answer: %v", err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			if p.Data != [8]byte{1, 2, 3, 4, 5, 6, 7, 8} {
+				t.Fatalf("ping answered with %v", p.Data)
+			}
+			acked = true
+		}
+	}
+	if err := fr.WriteData(0, false, []byte("x")); err != nil { // DATA on stream 0
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the GOAWAY: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeProtocol || !strings.Contains(string(g.DebugData()), "DATA on stream 0") {
+				t.Fatalf("GOAWAY %v %q, want PROTOCOL_ERROR naming the fault", g.ErrCode, g.DebugData())
+			}
+			break
+		}
+	}
+	if _, err := fr.ReadFrame(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the GOAWAY: %v, want the connection closed", err)
 	}
 }
