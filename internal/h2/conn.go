@@ -60,13 +60,14 @@ type conn struct {
 	// On wmu: the header encoder, the bytes queued for the flusher, whether
 	// one runs, the first write error, and whether the connection closes
 	// once the queue is written.
-	wmu      sync.Mutex
-	enc      *hpack.Encoder
-	encBuf   bytes.Buffer
-	pend     []byte
-	flushing bool
-	closing  bool
-	werr     error
+	wmu         sync.Mutex
+	enc         *hpack.Encoder
+	encBuf      bytes.Buffer
+	pend        []byte
+	pendControl int // bytes of pend that answer pings and settings
+	flushing    bool
+	closing     bool
+	werr        error
 
 	active atomic.Bool // a frame arrived since the last watch
 	// The watch's own.
@@ -179,6 +180,11 @@ type firstCall struct {
 	over   bool
 }
 
+// undecidedBytes bounds, with the largest header list, what a connection
+// may send before its first call's headers: past it the connection is
+// handed off.
+const undecidedBytes = 64 << 10
+
 // readBuffer is the size of a kept connection's read buffer.
 const readBuffer = 512
 
@@ -240,6 +246,10 @@ func (c *conn) handshake() (*firstCall, bool, error) {
 				return handoff() // grpc-go answers what is not ours to judge
 			}
 			return nil, false, err
+		}
+		if len(rec.buf) > int(cfg.MaxHeaderListSize)+undecidedBytes {
+			release(buf)
+			return handoff() // grpc-go's policies judge a client this talkative
 		}
 		switch h.typ {
 		case frameSettings, frameWindowUpdate, framePing, 0x2: // 0x2: PRIORITY
@@ -320,6 +330,7 @@ func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*firstCall, error) 
 		block = block[5:]
 	}
 	c.fields, c.fieldsSize, c.fieldsOver = nil, 0, false
+	size, most := len(block), int(c.s.cfg.MaxHeaderListSize)+defaultFrameSize
 	if _, err := c.dec.Write(block); err != nil {
 		return nil, connError{errCompression, fmt.Sprintf("%v: %v", h, err)}
 	}
@@ -333,6 +344,10 @@ func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*firstCall, error) 
 			return nil, connError{errProtocol, fmt.Sprintf("%v while the headers of stream %d continue", ch, h.stream)}
 		}
 		end = ch.has(flagEndHeaders)
+		if size += len(*buf); size > most {
+			release(buf)
+			return nil, connError{errEnhanceYourCalm, fmt.Sprintf("the headers of stream %d run past %d bytes", h.stream, most)}
+		}
 		_, err = c.dec.Write(*buf)
 		release(buf)
 		if err != nil {
@@ -347,7 +362,10 @@ func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*firstCall, error) 
 	return f, nil
 }
 
-const errCompression = 0x9
+const (
+	errCompression     = 0x9
+	errEnhanceYourCalm = 0xb
+)
 
 func (f *firstCall) get(name string) string {
 	for _, hf := range f.fields {
@@ -389,7 +407,7 @@ func (c *conn) handle(h header, p []byte) error {
 			return nil // any frame counts as an answer (see check)
 		}
 		b := appendFrameHeader(nil, framePing, flagAck, 0, 8)
-		return c.write(append(b, p...))
+		return c.writeControl(append(b, p...))
 	case frameWindowUpdate:
 		return c.handleWindowUpdate(h, p)
 	case framePushPromise:
@@ -437,7 +455,22 @@ func (c *conn) handleSettings(h header, p []byte) error {
 	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
-	return c.write(appendFrameHeader(nil, frameSettings, flagAck, 0, 0))
+	return c.writeControl(appendFrameHeader(nil, frameSettings, flagAck, 0, 0))
+}
+
+// maxControlQueued bounds the answers to pings and settings waiting to be
+// written: a client that sends them faster than it reads the answers is
+// cut off rather than queued for.
+const maxControlQueued = 16 << 10
+
+// writeControl queues an answer to a ping or settings.
+func (c *conn) writeControl(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.pendControl += len(b); c.pendControl > maxControlQueued {
+		return connError{errEnhanceYourCalm, "pings or settings sent faster than their answers are read"}
+	}
+	return c.writeLocked(b)
 }
 
 func (c *conn) handleWindowUpdate(h header, p []byte) error {
@@ -653,7 +686,7 @@ func (c *conn) flush() {
 	for {
 		c.wmu.Lock()
 		b := c.pend
-		c.pend = nil
+		c.pend, c.pendControl = nil, 0
 		if len(b) == 0 {
 			c.flushing = false
 			closing := c.closing
@@ -713,6 +746,15 @@ func (c *conn) reserve(st *Stream, want int) (int, error) {
 		}
 		c.cond.Wait()
 	}
+}
+
+// giveBack returns n bytes reserve took for st but never wrote.
+func (c *conn) giveBack(st *Stream, n int) {
+	c.mu.Lock()
+	st.sendWin += int64(n)
+	c.sendWin += int64(n)
+	c.cond.Broadcast()
+	c.mu.Unlock()
 }
 
 // goAway tells the client that no stream after the last accepted one is

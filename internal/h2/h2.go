@@ -237,8 +237,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Close stops accepting and closes every connection at once, ending their
-// streams; it returns once every goroutine of the server has ended (the
-// streams' handlers are the caller's to wait for).
+// streams; it returns once every goroutine of the server has ended, the
+// streams' handlers included (their contexts end, and their receives and
+// sends fail).
 func (s *Server) Close() error {
 	s.stopAccepting()
 	for _, c := range s.snapshot() {

@@ -39,7 +39,8 @@ type Stream struct {
 	recvErr   error
 	recvTotal int64 // bytes the client sent, padding included
 	recvLimit int64 // bytes the client may send in all
-	consumed  int64 // bytes handed to RecvMsg
+	consumed  int64 // bytes handed to RecvMsg, and padding
+	waiting   bool  // RecvMsg waits for a message
 	ready     chan struct{}
 
 	sendWin int64 // on c.mu
@@ -75,9 +76,11 @@ func (st *Stream) run() {
 	_ = st.WriteStatus(status.Convert(err))
 }
 
-// received takes a DATA frame's n bytes (data without padding) on the
-// connection's goroutine: it checks the stream's window, cuts whole
-// messages for RecvMsg, and opens the window for a message longer than it.
+// received takes a DATA frame's n bytes (data without its padding) on the
+// connection's goroutine: it checks the stream's window, gives the padding
+// back at once, and cuts whole messages for RecvMsg. A message longer than
+// the window gets more room only while RecvMsg waits for it (see grant), so
+// a client cannot make the server hold what nobody reads.
 func (st *Stream) received(n int64, data []byte, end bool) {
 	st.rmu.Lock()
 	if st.recvErr != nil || st.recvEOF {
@@ -90,7 +93,7 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 		st.fail(errFlowControl, status.Newf(codes.Internal, "the client sent %d bytes past the stream's window", st.recvTotal-st.recvLimit))
 		return
 	}
-	var grant int64
+	credit := st.consume(n - int64(len(data)))
 	for len(data) > 0 {
 		if len(st.partial) < 5 { // the prefix, possibly split across frames
 			k := min(5-len(st.partial), len(data))
@@ -104,24 +107,24 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 				st.fail(errNo, bad)
 				return
 			}
-			whole := make([]byte, 5, 5+binary.BigEndian.Uint32(st.partial[1:5]))
-			copy(whole, st.partial)
-			st.partial = whole
 		}
 		size := int(binary.BigEndian.Uint32(st.partial[1:5]))
 		k := min(5+size-len(st.partial), len(data))
 		st.partial = append(st.partial, data[:k]...)
 		data = data[k:]
 		if len(st.partial) < 5+size {
-			// The rest of this message must fit the window.
-			if need := int64(5+size-len(st.partial)) - (st.recvLimit - st.recvTotal); need > 0 {
-				grant += need
-				st.recvLimit += need
-			}
 			break
 		}
 		st.inbox = append(st.inbox, st.partial[5:])
 		st.partial = nil
+	}
+	if end && len(st.partial) > 0 {
+		st.rmu.Unlock()
+		st.fail(errNo, status.Newf(codes.Internal, "the client ended its side inside a message (%d bytes of it sent)", len(st.partial)))
+		return
+	}
+	if st.waiting {
+		credit += st.grant()
 	}
 	st.recvEOF = end
 	st.rmu.Unlock()
@@ -129,9 +132,24 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 	case st.ready <- struct{}{}:
 	default:
 	}
-	if grant > 0 {
-		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(grant)))
+	if credit > 0 {
+		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
 	}
+}
+
+// grant opens the window to the whole of the message being received, when
+// it is longer than the window; the caller holds rmu, and RecvMsg waits.
+func (st *Stream) grant() int64 {
+	if len(st.partial) < 5 {
+		return 0
+	}
+	rest := int64(5 + int(binary.BigEndian.Uint32(st.partial[1:5])) - len(st.partial))
+	need := rest - (st.recvLimit - st.recvTotal)
+	if need <= 0 {
+		return 0
+	}
+	st.recvLimit += need
+	return need
 }
 
 // checkPrefix checks a message's 5-byte prefix: uncompressed, and not
@@ -148,19 +166,15 @@ func (st *Stream) checkPrefix(p []byte) *status.Status {
 }
 
 // fail ends the stream from the receive side with s, resetting it with
-// code when that is not NO_ERROR.
-func (st *Stream) fail(code uint32, s *status.Status) {
-	_ = st.WriteStatus(s)
-	if code != errNo {
-		_ = st.c.write(appendUint32Frame(nil, frameRSTStream, st.id, code))
-	}
-}
+// code.
+func (st *Stream) fail(code uint32, s *status.Status) { _ = st.writeStatus(s, code) }
 
 // RecvMsg receives the next message into m: io.EOF once the client has
 // closed its side, a status once the stream has ended.
 func (st *Stream) RecvMsg(m any) error {
 	for {
 		st.rmu.Lock()
+		st.waiting = false
 		if len(st.inbox) > 0 {
 			b := st.inbox[0]
 			st.inbox[0] = nil
@@ -175,6 +189,13 @@ func (st *Stream) RecvMsg(m any) error {
 			return st.c.s.cfg.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
 		}
 		err, eof := st.recvErr, st.recvEOF
+		if err == nil && !eof {
+			st.waiting = true
+		}
+		credit := int64(0)
+		if st.waiting {
+			credit = st.grant()
+		}
 		st.rmu.Unlock()
 		if err != nil {
 			return err
@@ -182,10 +203,14 @@ func (st *Stream) RecvMsg(m any) error {
 		if eof {
 			return io.EOF
 		}
+		if credit > 0 {
+			_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
+		}
 		select {
 		case <-st.ready:
 		case <-st.ctx.Done():
 			st.rmu.Lock()
+			st.waiting = false
 			err := st.recvErr
 			st.rmu.Unlock()
 			if err != nil {
@@ -226,6 +251,7 @@ func (st *Stream) SendMsg(m any) error {
 			return err
 		}
 		if err := st.writeData(p[:n]); err != nil {
+			st.c.giveBack(st, n) // the client never sees these bytes, so never credits them
 			return err
 		}
 		p = p[n:]
@@ -254,7 +280,11 @@ func (st *Stream) writeData(p []byte) error {
 // WriteStatus ends the stream with s: its trailers are written (after the
 // headers when none were sent) and its context ends. Only the first call
 // counts.
-func (st *Stream) WriteStatus(s *status.Status) error {
+func (st *Stream) WriteStatus(s *status.Status) error { return st.writeStatus(s, errNo) }
+
+// writeStatus writes s and resets the stream with code, or, when code is
+// NO_ERROR, only if the client's side is still open (it need send no more).
+func (st *Stream) writeStatus(s *status.Status, code uint32) error {
 	c := st.c
 	c.wmu.Lock()
 	if st.done {
@@ -267,7 +297,13 @@ func (st *Stream) WriteStatus(s *status.Status) error {
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	c.mu.Unlock()
-	b := appendHeaderBlock(nil, st.id, c.encode(trailerFields(s, st.trailer, !st.headerSent)...), true, c.peerMaxFrame())
+	var b []byte
+	if !st.headerSent && len(st.header) > 0 {
+		// Headers set for the response go out in their own frame first.
+		st.headerSent = true
+		b = appendHeaderBlock(b, st.id, c.encode(headerFields(st.header)...), false, c.peerMaxFrame())
+	}
+	b = appendHeaderBlock(b, st.id, c.encode(trailerFields(s, st.trailer, !st.headerSent)...), true, c.peerMaxFrame())
 	st.rmu.Lock()
 	clientOpen := !st.recvEOF
 	if st.recvErr == nil {
@@ -277,8 +313,8 @@ func (st *Stream) WriteStatus(s *status.Status) error {
 		}
 	}
 	st.rmu.Unlock()
-	if clientOpen {
-		b = appendUint32Frame(b, frameRSTStream, st.id, errNo) // the client need send no more
+	if clientOpen || code != errNo {
+		b = appendUint32Frame(b, frameRSTStream, st.id, code)
 	}
 	err := c.writeLocked(b)
 	c.wmu.Unlock()
