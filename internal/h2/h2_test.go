@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -689,5 +690,91 @@ func TestPingIsAnsweredAndAMalformedFrameEndsTheConnectionWithGoAway(t *testing.
 	}
 	if _, err := fr.ReadFrame(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the GOAWAY: %v, want the connection closed", err)
+	}
+}
+
+// grpcMessage is one length-prefixed gRPC message of a FullDuplexCall
+// request carrying body as its payload.
+func grpcMessage(t *testing.T, body string) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: []byte(body)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte{0, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))}, b...)
+}
+
+func TestPaddingIsGivenBackSoPaddedMessagesNeverExhaustTheWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fr, _ := rawClient(t, b)
+	const messages = 400 // with 200 bytes of padding each, past the 64 KiB window
+	pad := make([]byte, 200)
+	go func() {
+		for range messages {
+			if err := fr.WriteDataPadded(1, false, grpcMessage(t, "ping"), pad); err != nil {
+				return
+			}
+		}
+	}()
+	echoed := 0
+	for echoed < messages {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d echoes: %v", echoed, err)
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			t.Fatalf("stream reset (%v) after %d echoes", f.ErrCode, echoed)
+		case *http2.DataFrame:
+			echoed++ // each echo is one small message in one frame
+		}
+	}
+}
+
+func TestMessageCutShortByTheClientsEndIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan error, 1)
+	b.handle = func(s *h2.Stream) error {
+		var m testgrpc.StreamingOutputCallRequest
+		err := s.RecvMsg(&m)
+		got <- err
+		return err
+	}
+	fr, _ := rawClient(t, b)
+	whole := grpcMessage(t, "a message of some length")
+	if err := fr.WriteData(1, true, whole[:len(whole)-4]); err != nil {
+		t.Fatal(err)
+	}
+	err := <-got
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "inside a message") {
+		t.Fatalf("RecvMsg: %v, want Internal naming the cut message", err)
+	}
+}
+
+func TestHeadersSetByAHandlerThatSendsNoMessageStillReachTheClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle = func(s *h2.Stream) error {
+		if err := s.SetHeader(metadata.Pairs("x-route", "blue")); err != nil {
+			return err
+		}
+		return status.Error(codes.NotFound, "no such activity")
+	}
+	stream, err := testgrpc.NewTestServiceClient(b.dial(t)).FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{})
+	if _, err := stream.Recv(); status.Code(err) != codes.NotFound {
+		t.Fatalf("Recv: %v, want NotFound", err)
+	}
+	md, err := stream.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Get("x-route"); len(got) != 1 || got[0] != "blue" {
+		t.Fatalf("x-route = %q, want [blue]", got)
 	}
 }
