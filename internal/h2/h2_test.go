@@ -778,3 +778,71 @@ func TestHeadersSetByAHandlerThatSendsNoMessageStillReachTheClient(t *testing.T)
 		t.Fatalf("x-route = %q, want [blue]", got)
 	}
 }
+
+func TestReceiveHandsMessagesOverInOrderAndThenTheEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan string, 10)
+	ended := make(chan error, 1)
+	streams := make(chan *h2.Stream, 1)
+	b.handle = func(s *h2.Stream) error {
+		s.Receive(func(msg []byte) error {
+			var m testgrpc.StreamingOutputCallRequest
+			if err := proto.Unmarshal(msg, &m); err != nil {
+				return err
+			}
+			if string(m.GetPayload().GetBody()) == "bad" {
+				return status.Error(codes.InvalidArgument, "payload: bad")
+			}
+			got <- string(m.GetPayload().GetBody())
+			return nil
+		}, func(err error) { ended <- err })
+		streams <- s
+		return h2.ErrDetached
+	}
+	client := testgrpc.NewTestServiceClient(b.dial(t))
+
+	stream, err := client.FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"one", "two", "three"} {
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: []byte(body)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = stream.CloseSend()
+	for _, want := range []string{"one", "two", "three"} {
+		if g := <-got; g != want {
+			t.Fatalf("delivered %q, want %q", g, want)
+		}
+	}
+	if err := <-ended; !errors.Is(err, io.EOF) {
+		t.Fatalf("end: %v, want io.EOF", err)
+	}
+	st := <-streams
+	// The stream stays open for the server to answer and end it.
+	if err := st.SendMsg(&testgrpc.StreamingOutputCallResponse{Payload: payload(3)}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || len(resp.GetPayload().GetBody()) != 3 {
+		t.Fatalf("answer after the client's end: %v", err)
+	}
+	_ = st.WriteStatus(status.New(codes.OK, ""))
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the status: %v, want io.EOF", err)
+	}
+
+	// A message deliver refuses ends the stream with its status.
+	stream, err = client.FullDuplexCall(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: []byte("bad")}})
+	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("after a refused message: %v, want InvalidArgument", err)
+	}
+	if err := <-ended; status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("end: %v, want the refusal", err)
+	}
+}

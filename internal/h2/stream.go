@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -40,8 +41,14 @@ type Stream struct {
 	recvTotal int64 // bytes the client sent, padding included
 	recvLimit int64 // bytes the client may send in all
 	consumed  int64 // bytes handed to RecvMsg, and padding
-	waiting   bool  // RecvMsg waits for a message
+	waiting   bool  // RecvMsg waits for a message, or Receive takes them
 	ready     chan struct{}
+	// Set by Receive: messages go to deliver, the end to done, on whichever
+	// goroutine pumps (one at a time).
+	deliver    func([]byte) error
+	onEnd      func(error)
+	pumping    bool
+	doneCalled bool
 
 	sendWin int64 // on c.mu
 	ended   bool  // on c.mu: ended or aborted; senders stop waiting
@@ -63,6 +70,9 @@ func (t transportStream) Method() string                     { return t.st.metho
 func (t transportStream) SetHeader(md metadata.MD) error     { return t.st.SetHeader(md) }
 func (t transportStream) SendHeader(md metadata.MD) error    { return t.st.SendHeader(md) }
 func (t transportStream) WriteStatus(s *status.Status) error { return t.st.WriteStatus(s) }
+func (t transportStream) Receive(deliver func([]byte) error, done func(error)) {
+	t.st.Receive(deliver, done)
+}
 
 func (t transportStream) SetTrailer(md metadata.MD) error {
 	t.st.SetTrailer(md)
@@ -73,7 +83,89 @@ func (t transportStream) SetTrailer(md metadata.MD) error {
 func (st *Stream) run() {
 	defer st.c.s.wg.Done()
 	err := st.c.s.cfg.Handle(st)
+	if errors.Is(err, ErrDetached) {
+		return
+	}
 	_ = st.WriteStatus(status.Convert(err))
+}
+
+// ErrDetached, returned by a handler that called Receive, leaves its stream
+// open without a goroutine: it ends when WriteStatus is called or the
+// client or the connection ends it, and Receive's done is told.
+var ErrDetached = errors.New("h2: the stream was left to Receive")
+
+// Receive hands the stream's messages, in order, to deliver instead of
+// RecvMsg, and then its end to done, once: io.EOF when the client closed
+// its side, else the status that ended it. They run on the connection's
+// goroutine (or, for messages that arrived before Receive, on its caller's),
+// one at a time, so they must be quick: a long piece of work blocks the
+// connection's other streams. A deliver error ends the stream with that
+// error's status. The handler then returns ErrDetached, and the stream
+// holds no goroutine while it waits: an idle worker's costs only its
+// connection's reader.
+func (st *Stream) Receive(deliver func([]byte) error, done func(error)) {
+	st.rmu.Lock()
+	st.deliver, st.onEnd = deliver, done
+	st.waiting = true
+	credit := st.grant()
+	pump := !st.pumping
+	st.pumping = true
+	st.rmu.Unlock()
+	if credit > 0 {
+		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
+	}
+	if pump {
+		st.pump()
+	}
+}
+
+// kick pumps, unless another goroutine does or RecvMsg reads; the caller
+// holds rmu and pumps if told to.
+func (st *Stream) kick() bool {
+	if st.deliver == nil || st.pumping {
+		return false
+	}
+	st.pumping = true
+	return true
+}
+
+// pump delivers what waits and, once the stream has ended and nothing
+// waits (or it ended by a status: what waits is dropped), tells done.
+func (st *Stream) pump() {
+	for {
+		st.rmu.Lock()
+		if st.recvErr != nil {
+			st.inbox = nil
+		}
+		if len(st.inbox) == 0 {
+			end, fire := st.recvErr, false
+			if !st.doneCalled && (end != nil || st.recvEOF) {
+				st.doneCalled, fire = true, true
+				if end == nil {
+					end = io.EOF
+				}
+			}
+			st.pumping = false
+			st.rmu.Unlock()
+			if fire {
+				st.onEnd(end)
+			}
+			return
+		}
+		b := st.inbox[0]
+		st.inbox[0] = nil
+		if st.inbox = st.inbox[1:]; len(st.inbox) == 0 {
+			st.inbox = nil
+		}
+		credit := st.consume(int64(5 + len(b)))
+		st.rmu.Unlock()
+		if credit > 0 {
+			_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
+		}
+		if err := st.deliver(b); err != nil {
+			_ = st.WriteStatus(status.Convert(err))
+		}
+	}
 }
 
 // received takes a DATA frame's n bytes (data without its padding) on the
@@ -127,6 +219,7 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 		credit += st.grant()
 	}
 	st.recvEOF = end
+	pump := st.kick()
 	st.rmu.Unlock()
 	select {
 	case st.ready <- struct{}{}:
@@ -134,6 +227,9 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 	}
 	if credit > 0 {
 		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
+	}
+	if pump {
+		st.pump()
 	}
 }
 
@@ -312,12 +408,16 @@ func (st *Stream) writeStatus(s *status.Status, code uint32) error {
 			st.recvErr = status.Error(codes.Canceled, "the stream has ended")
 		}
 	}
+	pump := st.kick()
 	st.rmu.Unlock()
 	if clientOpen || code != errNo {
 		b = appendUint32Frame(b, frameRSTStream, st.id, code)
 	}
 	err := c.writeLocked(b)
 	c.wmu.Unlock()
+	if pump {
+		st.pump() // done is told before the stream leaves its connection
+	}
 	st.end()
 	return err
 }
@@ -334,7 +434,11 @@ func (st *Stream) abort(err error) {
 	if st.recvErr == nil {
 		st.recvErr = err
 	}
+	pump := st.kick()
 	st.rmu.Unlock()
+	if pump {
+		st.pump()
+	}
 	if !already {
 		st.end()
 	}

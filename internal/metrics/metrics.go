@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -343,13 +344,24 @@ func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamInterceptor counts finished streams.
-func (m *Metrics) StreamInterceptor() grpc.StreamServerInterceptor {
+// StreamInterceptor counts finished streams. A handler that returns one of
+// goesOn has left its stream open: StreamEnded counts it when it ends.
+func (m *Metrics) StreamInterceptor(goesOn ...error) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		err := h(srv, ss)
-		m.grpcRequests.WithLabelValues(shortMethod(info.FullMethod), status.Code(err).String()).Inc()
+		for _, e := range goesOn {
+			if errors.Is(err, e) {
+				return err
+			}
+		}
+		m.StreamEnded(info.FullMethod, err)
 		return err
 	}
+}
+
+// StreamEnded counts a finished stream of fullMethod that ended with err.
+func (m *Metrics) StreamEnded(fullMethod string, err error) {
+	m.grpcRequests.WithLabelValues(shortMethod(fullMethod), status.Code(err).String()).Inc()
 }
 
 // shortMethod turns /aion.v1.ActivityService/Schedule into ActivityService/Schedule.

@@ -332,7 +332,7 @@ func (s *Server) grpcServer() *grpc.Server {
 	s.receiveRate = newReceiveRate(rate, time.Now)
 	s.decoder = newDecoder(&s.asides)
 	s.unaryIntercept = s.metrics.UnaryInterceptor()
-	s.streamIntercept = chainStream(s.metrics.StreamInterceptor(), s.streamDecode)
+	s.streamIntercept = chainStream(s.metrics.StreamInterceptor(h2.ErrDetached), s.streamDecode)
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit.Message),
 		grpc.MaxHeaderListSize(limit.Metadata),

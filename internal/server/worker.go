@@ -12,6 +12,7 @@ import (
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
 	"github.com/aion-run/aion/internal/engine"
+	"github.com/aion-run/aion/internal/h2"
 	"github.com/aion-run/aion/internal/intervention/wire"
 	"github.com/aion-run/aion/internal/limit"
 	"github.com/aion-run/aion/internal/name"
@@ -19,6 +20,7 @@ import (
 	"github.com/aion-run/aion/internal/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -307,58 +309,147 @@ func (ws *workerService) Connect(stream grpc.BidiStreamingServer[aionv1.WorkerMe
 		return r.err
 	}
 	tok, w := r.tok, r.tok.Worker()
+	var expire *time.Timer
 	if id, ok := identityFrom(ctx); ok && !id.Expires.IsZero() {
 		// A credential that expires ends the stream a grace period later;
 		// the worker reconnects with a fresh one.
 		at := id.Expires.Add(s.cfg.Auth.ExpiryGrace)
-		expire := time.AfterFunc(time.Until(at), func() {
+		expire = time.AfterFunc(time.Until(at), func() {
 			c.end(status.Errorf(codes.Unauthenticated, "the credential of %q expired at %s; reconnect with a fresh one",
 				id.Name, id.Expires.UTC().Format(time.RFC3339)))
 		})
-		defer expire.Stop()
 	}
-	reason := registry.Reason("")
-	defer func() {
-		// Leave first, so the departure is published while shutdown still
-		// waits for this stream.
-		if reason != "" {
-			tok.Leave(reason)
-		} else {
-			tok.Close()
-		}
-		s.eng.WorkerLeft(w)
-		s.untrack(w.ID())
-	}()
-
+	x := &session{s: s, c: c, tok: tok, w: w, expire: expire}
+	if r, ok := grpc.ServerTransportStreamFromContext(ctx).(receiver); ok {
+		// The lean transport: no goroutine waits on the stream; its frames
+		// come to x.deliver and its end to x.ended.
+		r.Receive(x.deliver, x.ended)
+		return h2.ErrDetached
+	}
 	for {
 		m, err := stream.Recv()
 		if err != nil {
-			c.finish(&s.bg)
-			e := c.cause.Load()
-			switch {
-			case e == nil:
-				if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
-					reason = registry.ReasonDrained
-				}
-				s.log.Info("worker disconnected", "worker", w.ID(), "reason", orDefault(reason, registry.ReasonDisconnect))
-				return recvStatus(err)
-			case e.sendFailed:
-				s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", e.err)
-				return e.err
-			case status.Code(e.err) == codes.Unavailable && !s.shuttingDown.Load():
-				reason = registry.ReasonTimeout // the sweeper: silent, or not reading
-			default:
-				reason = registry.ReasonDeregistered // shutdown, expired credential
-			}
-			s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", e.err)
-			return e.err
+			return x.end(err)
 		}
-		c.lastSeen.Store(time.Now().UnixNano())
-		if err := s.handleFrameAside(c, w, m); err != nil {
-			c.finish(&s.bg)
-			return err
+		if err := x.frame(m); err != nil {
+			return x.fail(err)
 		}
 	}
+}
+
+// receiver is a transport stream that hands its messages to callbacks
+// instead of a goroutine waiting in Recv (h2.Stream.Receive).
+type receiver interface {
+	Receive(deliver func([]byte) error, done func(error))
+}
+
+// session is a registered worker's stream: its frames, and its end.
+type session struct {
+	s      *Server
+	c      *conn
+	tok    *registry.Registration
+	w      *registry.Worker
+	expire *time.Timer // nil when the credential does not expire
+	failed error       // a frame the server refused (lean transport)
+}
+
+// frame acts on one frame from the worker.
+func (x *session) frame(m *aionv1.WorkerMessage) error {
+	x.c.lastSeen.Store(time.Now().UnixNano())
+	return x.s.handleFrameAside(x.c, x.w, m)
+}
+
+// fail ends the session after a frame it refused with err, the stream's
+// status.
+func (x *session) fail(err error) error {
+	x.c.finish(&x.s.bg)
+	x.leave("")
+	return err
+}
+
+// end ends the session once the stream's receive ended with err, and
+// returns the status the stream ends with.
+func (x *session) end(err error) error {
+	s, c, w := x.s, x.c, x.w
+	c.finish(&s.bg)
+	reason := registry.Reason("")
+	var out error
+	switch e := c.cause.Load(); {
+	case e == nil:
+		if info, ok := s.reg.Lookup(w.ID()); ok && info.Draining && errors.Is(err, io.EOF) {
+			reason = registry.ReasonDrained
+		}
+		s.log.Info("worker disconnected", "worker", w.ID(), "reason", orDefault(reason, registry.ReasonDisconnect))
+		out = recvStatus(err)
+	case e.sendFailed:
+		s.log.Info("worker disconnected", "worker", w.ID(), "reason", registry.ReasonDisconnect, "err", e.err)
+		out = e.err
+	default:
+		if status.Code(e.err) == codes.Unavailable && !s.shuttingDown.Load() {
+			reason = registry.ReasonTimeout // the sweeper: silent, or not reading
+		} else {
+			reason = registry.ReasonDeregistered // shutdown, expired credential
+		}
+		s.log.Info("worker disconnected", "worker", w.ID(), "reason", reason, "err", e.err)
+		out = e.err
+	}
+	x.leave(reason)
+	return out
+}
+
+// leave takes the worker out: of the registry (with reason, or closed), the
+// engine and the server's streams. It leaves before the stream's status is
+// written, so the departure is published while shutdown still waits.
+func (x *session) leave(reason registry.Reason) {
+	if x.expire != nil {
+		x.expire.Stop()
+	}
+	if reason != "" {
+		x.tok.Leave(reason)
+	} else {
+		x.tok.Close()
+	}
+	x.s.eng.WorkerLeft(x.w)
+	x.s.untrack(x.w.ID())
+}
+
+// deliver takes one frame on the lean transport, on a goroutine aside while
+// the connection's reader waits (see asides: the reader, kept for the
+// connection's life, stays at its small stack): decoded (a malformed one
+// ends the stream with the decoder's status, as Recv's error does on
+// grpc-go) and acted on.
+func (x *session) deliver(b []byte) error {
+	var err error
+	x.s.asides.run(func() {
+		m := new(aionv1.WorkerMessage)
+		err = x.s.decoder.recv(m, func(v any) error {
+			return x.s.decoder.unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+		})
+		if err != nil {
+			return
+		}
+		x.c.lastSeen.Store(time.Now().UnixNano())
+		if err = x.s.handleFrame(x.c, x.w, m); err != nil {
+			x.failed = err
+		}
+	})
+	return err
+}
+
+// ended ends the session on the lean transport, off the transport's
+// goroutine: the same end as Recv's error gives on grpc-go, then the
+// stream's status and its count.
+func (x *session) ended(err error) {
+	x.s.bg.Go(func() {
+		var out error
+		if x.failed != nil {
+			out = x.fail(x.failed)
+		} else {
+			out = x.end(err)
+		}
+		_ = x.c.status.WriteStatus(status.Convert(out))
+		x.s.metrics.StreamEnded(aionv1.WorkerService_Connect_FullMethodName, out)
+	})
 }
 
 // handleFrameAside acts on one frame as handleFrame does. A ping is
