@@ -42,18 +42,21 @@ type workerService struct {
 	s *Server
 }
 
-// A worker stream costs the server, besides gRPC's own goroutines for its
-// connection, one goroutine while it is idle: its handler, which reads the
-// stream. A writer goroutine runs only while frames wait to be sent. Work
-// that calls deep runs on another goroutine the handler waits for (the
-// registration on a short-lived one, a result on one kept for such work:
-// see asides), so the handler's stack stays at 8 KiB:
-// a stack grown once shrinks only while it is at most a quarter used, and a
-// handler parked in Recv uses about 6 KiB of it. The
+// A worker stream costs the server, on grpc-go's transport, gRPC's own
+// goroutines for its connection and one goroutine while it is idle: its
+// handler, which reads the stream. Work that calls deep runs on another
+// goroutine the handler waits for (the registration on a short-lived one, a
+// result on one kept for such work: see asides), so the handler's stack
+// stays at 8 KiB: a stack grown once shrinks only while it is at most a
+// quarter used, and a handler parked in Recv uses about 6 KiB of it. On the
+// lean transport (internal/h2) it costs only its connection's reader: once
+// registered, its frames are handed to the session as they arrive
+// (h2.Stream.Receive) and handled aside, and no goroutine waits on it. On
+// either, a writer goroutine runs only while frames wait to be sent. The
 // sweeper, shutdown, an expiring credential or a failed send end the stream
-// by writing its status on the transport (after the writer has sent what was
-// queued): that ends the handler's Recv, and the handler returns the same
-// status.
+// by writing its status on the transport (after the writer has sent what
+// was queued): that ends the handler's Recv (grpc-go) or calls the
+// session's end (lean), and the session ends with the same status.
 
 // statusWriter is the transport stream's own way to end a stream with a
 // status, which gRPC's server stream types have; a Connect whose transport
