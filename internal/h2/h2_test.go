@@ -796,7 +796,12 @@ func TestReceiveHandsMessagesOverInOrderAndThenTheEnd(t *testing.T) {
 			}
 			got <- string(m.GetPayload().GetBody())
 			return nil
-		}, func(err error) { ended <- err })
+		}, func(err error) {
+			ended <- err
+			if !errors.Is(err, io.EOF) {
+				_ = s.WriteStatus(status.Convert(err)) // the taker writes the end
+			}
+		})
 		streams <- s
 		return h2.ErrDetached
 	}
@@ -833,7 +838,8 @@ func TestReceiveHandsMessagesOverInOrderAndThenTheEnd(t *testing.T) {
 		t.Fatalf("after the status: %v, want io.EOF", err)
 	}
 
-	// A message deliver refuses ends the stream with its status.
+	// A message deliver refuses ends the delivery; the taker ends the stream
+	// with its status.
 	stream, err = client.FullDuplexCall(ctxT(t))
 	if err != nil {
 		t.Fatal(err)

@@ -99,10 +99,11 @@ var ErrDetached = errors.New("h2: the stream was left to Receive")
 // its side, else the status that ended it. They run on the connection's
 // goroutine (or, for messages that arrived before Receive, on its caller's),
 // one at a time, so they must be quick: a long piece of work blocks the
-// connection's other streams. A deliver error ends the stream with that
-// error's status. The handler then returns ErrDetached, and the stream
-// holds no goroutine while it waits: an idle worker's costs only its
-// connection's reader.
+// connection's other streams. A deliver error stops the delivery and is
+// done's; the stream stays open until WriteStatus, so whoever took the
+// stream can finish with it before the client sees its end. The handler
+// then returns ErrDetached, and the stream holds no goroutine while it
+// waits: an idle worker's costs only its connection's reader.
 func (st *Stream) Receive(deliver func([]byte) error, done func(error)) {
 	st.rmu.Lock()
 	st.deliver, st.onEnd = deliver, done
@@ -111,9 +112,7 @@ func (st *Stream) Receive(deliver func([]byte) error, done func(error)) {
 	pump := !st.pumping
 	st.pumping = true
 	st.rmu.Unlock()
-	if credit > 0 {
-		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
-	}
+	st.giveCredit(credit)
 	if pump {
 		st.pump()
 	}
@@ -152,18 +151,15 @@ func (st *Stream) pump() {
 			}
 			return
 		}
-		b := st.inbox[0]
-		st.inbox[0] = nil
-		if st.inbox = st.inbox[1:]; len(st.inbox) == 0 {
-			st.inbox = nil
-		}
-		credit := st.consume(int64(5 + len(b)))
+		b, credit := st.take()
 		st.rmu.Unlock()
-		if credit > 0 {
-			_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
-		}
+		st.giveCredit(credit)
 		if err := st.deliver(b); err != nil {
-			_ = st.WriteStatus(status.Convert(err))
+			st.rmu.Lock()
+			if st.recvErr == nil {
+				st.recvErr = err // what waits is dropped, and done is told err
+			}
+			st.rmu.Unlock()
 		}
 	}
 }
@@ -225,9 +221,7 @@ func (st *Stream) received(n int64, data []byte, end bool) {
 	case st.ready <- struct{}{}:
 	default:
 	}
-	if credit > 0 {
-		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
-	}
+	st.giveCredit(credit)
 	if pump {
 		st.pump()
 	}
@@ -272,16 +266,9 @@ func (st *Stream) RecvMsg(m any) error {
 		st.rmu.Lock()
 		st.waiting = false
 		if len(st.inbox) > 0 {
-			b := st.inbox[0]
-			st.inbox[0] = nil
-			if st.inbox = st.inbox[1:]; len(st.inbox) == 0 {
-				st.inbox = nil
-			}
-			credit := st.consume(int64(5 + len(b)))
+			b, credit := st.take()
 			st.rmu.Unlock()
-			if credit > 0 {
-				_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(credit)))
-			}
+			st.giveCredit(credit)
 			return st.c.s.cfg.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
 		}
 		err, eof := st.recvErr, st.recvEOF
@@ -314,6 +301,24 @@ func (st *Stream) RecvMsg(m any) error {
 			}
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
+	}
+}
+
+// take takes the next message waiting and the window it gives back; the
+// caller holds rmu.
+func (st *Stream) take() ([]byte, int64) {
+	b := st.inbox[0]
+	st.inbox[0] = nil
+	if st.inbox = st.inbox[1:]; len(st.inbox) == 0 {
+		st.inbox = nil
+	}
+	return b, st.consume(int64(5 + len(b)))
+}
+
+// giveCredit lets the client send n more bytes on the stream.
+func (st *Stream) giveCredit(n int64) {
+	if n > 0 {
+		_ = st.c.write(appendUint32Frame(nil, frameWindowUpdate, st.id, uint32(n)))
 	}
 }
 

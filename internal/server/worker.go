@@ -441,7 +441,8 @@ func (x *session) deliver(b []byte) error {
 
 // ended ends the session on the lean transport, off the transport's
 // goroutine: the same end as Recv's error gives on grpc-go, then the
-// stream's status and its count.
+// stream's status (so the worker sees its end once it is out of the
+// registry, as on grpc-go) and its count.
 func (x *session) ended(err error) {
 	x.s.bg.Go(func() {
 		var out error
