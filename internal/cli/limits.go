@@ -62,7 +62,7 @@ func (l *limitFlags) register(fl *pflag.FlagSet, d server.Config) {
 		"calls and streams open at once on one gRPC connection; a client past it waits (0: no cap)")
 	bindEnv(fl, "grpc-max-streams", "AION_GRPC_MAX_STREAMS")
 	fl.StringVar(&l.conn.WorkerTransport, "worker-transport", c.WorkerTransport,
-		"who serves a connection whose first call is a worker's stream: lean (aion's HTTP/2 transport, about half the memory a worker) "+
+		"who serves a connection whose first call is a worker's stream: lean (aion's HTTP/2 transport, under half the memory a worker) "+
 			"or grpc (grpc-go's, as every other connection)")
 	bindEnv(fl, "worker-transport", "AION_WORKER_TRANSPORT")
 }

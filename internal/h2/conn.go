@@ -160,21 +160,23 @@ func (r *replayConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// TLSState is the TLS state of a connection the server handed off or kept,
-// when it came over TLS: a grpc.Server taking handed-off connections uses it
-// in place of a second handshake.
-func TLSState(c net.Conn) (tls.ConnectionState, bool) {
+// TLSInfo is the TLS state of a connection the server handed off or kept,
+// as gRPC reports a peer's, when it came over TLS: a grpc.Server taking
+// handed-off connections gives it in place of a second handshake.
+func TLSInfo(c net.Conn) (credentials.TLSInfo, bool) {
 	if r, ok := c.(*replayConn); ok {
 		c = r.Conn
 	}
-	if tc, ok := c.(*tls.Conn); ok {
-		return tc.ConnectionState(), true
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return credentials.TLSInfo{}, false
 	}
-	return tls.ConnectionState{}, false
+	return credentials.TLSInfo{State: tc.ConnectionState(),
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, true
 }
 
-// firstCall is the first stream's HEADERS, decoded while deciding.
-type firstCall struct {
+// callHeaders is a call's HEADERS, decoded.
+type callHeaders struct {
 	h      header
 	fields []hpack.HeaderField
 	over   bool
@@ -193,10 +195,10 @@ const readBuffer = 512
 // off with everything read so far. Until it decides it writes nothing but
 // the SETTINGS a grpc.Server would write too, so a client handed off sees
 // the same settings twice.
-func (c *conn) handshake() (*firstCall, bool, error) {
+func (c *conn) handshake() (*callHeaders, bool, error) {
 	cfg := &c.s.cfg
 	rec := &recorder{r: c.rw}
-	handoff := func() (*firstCall, bool, error) {
+	handoff := func() (*callHeaders, bool, error) {
 		_ = c.rw.SetDeadline(time.Time{})
 		c.mu.Lock()
 		closed := c.closed
@@ -315,7 +317,7 @@ func (c *conn) settings() []byte {
 
 // readHeaders decodes a HEADERS frame's block, reading its CONTINUATION
 // frames from r.
-func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*firstCall, error) {
+func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*callHeaders, error) {
 	if h.stream == 0 {
 		return nil, connError{errProtocol, "HEADERS on stream 0"}
 	}
@@ -357,17 +359,12 @@ func (c *conn) readHeaders(r io.Reader, h header, p []byte) (*firstCall, error) 
 	if err := c.dec.Close(); err != nil {
 		return nil, connError{errCompression, fmt.Sprintf("%v: %v", h, err)}
 	}
-	f := &firstCall{h: h, fields: c.fields, over: c.fieldsOver}
+	f := &callHeaders{h: h, fields: c.fields, over: c.fieldsOver}
 	c.fields = nil
 	return f, nil
 }
 
-const (
-	errCompression     = 0x9
-	errEnhanceYourCalm = 0xb
-)
-
-func (f *firstCall) get(name string) string {
+func (f *callHeaders) get(name string) string {
 	for _, hf := range f.fields {
 		if hf.Name == name {
 			return hf.Value
@@ -376,7 +373,7 @@ func (f *firstCall) get(name string) string {
 	return ""
 }
 
-func (f *firstCall) path() string { return f.get(":path") }
+func (f *callHeaders) path() string { return f.get(":path") }
 
 // handle acts on one frame after the handshake.
 func (c *conn) handle(h header, p []byte) error {
@@ -529,7 +526,7 @@ func (c *conn) handleData(h header, p []byte) error {
 
 // open starts a stream from its headers, or refuses it with a status when
 // they are not a call the server takes.
-func (c *conn) open(call *firstCall) error {
+func (c *conn) open(call *callHeaders) error {
 	cfg := &c.s.cfg
 	id := call.h.stream
 	if id <= c.lastID || id%2 == 0 {
@@ -589,8 +586,8 @@ func (c *conn) open(call *firstCall) error {
 	st := &Stream{c: c, id: id, method: method, cancel: cancel, ready: make(chan struct{}, 1)}
 	st.recvLimit = int64(cfg.StreamWindow)
 	p := &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()}
-	if st, ok := TLSState(c.rw); ok {
-		p.AuthInfo = credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	if info, ok := TLSInfo(c.rw); ok {
+		p.AuthInfo = info
 	}
 	ctx = peer.NewContext(ctx, p)
 	ctx = metadata.NewIncomingContext(ctx, md)
@@ -671,12 +668,18 @@ func (c *conn) writeLocked(b []byte) error {
 		return c.werr
 	}
 	c.pend = append(c.pend, b...)
+	c.flushLocked()
+	return nil
+}
+
+// flushLocked starts the flusher for what is queued, unless one runs; the
+// caller holds wmu.
+func (c *conn) flushLocked() {
 	if !c.flushing {
 		c.flushing = true
 		c.s.wg.Add(1)
 		go c.flush()
 	}
-	return nil
 }
 
 // flush writes what is queued until nothing is, then ends; a connection

@@ -32,13 +32,15 @@ const (
 	settingMaxFrameSize         = 0x5
 	settingMaxHeaderListSize    = 0x6
 
-	errNo            = 0x0
-	errProtocol      = 0x1
-	errFlowControl   = 0x3
-	errStreamClosed  = 0x5
-	errFrameSize     = 0x6
-	errRefusedStream = 0x7
-	errCancel        = 0x8
+	errNo              = 0x0
+	errProtocol        = 0x1
+	errFlowControl     = 0x3
+	errStreamClosed    = 0x5
+	errFrameSize       = 0x6
+	errRefusedStream   = 0x7
+	errCancel          = 0x8
+	errCompression     = 0x9
+	errEnhanceYourCalm = 0xb
 )
 
 // preface is what every HTTP/2 client sends first.

@@ -46,7 +46,7 @@ type Config struct {
 	// TLS, when set, is the server's TLS configuration: every connection
 	// is shaken hands with first ("h2" is added to its protocols), within
 	// the handshake timeout. A connection handed off is so already; see
-	// TLSState.
+	// TLSInfo.
 	TLS *tls.Config
 
 	// MaxStreams caps the streams open at once on a connection (0: 1000).
@@ -218,16 +218,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range s.snapshot() {
 		c.goAway(errNo, "server shutting down")
 	}
-	for {
-		if len(s.snapshot()) == 0 {
-			break
-		}
+	for s.Connections() > 0 && ctx.Err() == nil {
 		select {
 		case <-s.connDone:
-			continue
 		case <-ctx.Done():
 		}
-		break
 	}
 	err := s.Close()
 	if ctx.Err() != nil {

@@ -198,11 +198,11 @@ type handedTLS struct {
 }
 
 func (handedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	st, ok := h2.TLSState(c)
+	info, ok := h2.TLSInfo(c)
 	if !ok {
 		return nil, nil, errors.New("a connection that did not come through TLS")
 	}
-	return c, credentials.TLSInfo{State: st}, nil
+	return c, info, nil
 }
 
 func (handedTLS) Info() credentials.ProtocolInfo {

@@ -369,13 +369,18 @@ func (st *Stream) writeData(p []byte) error {
 	if st.done {
 		return status.Error(codes.Canceled, "the stream has ended")
 	}
-	var b []byte
+	if c.werr != nil {
+		return c.werr
+	}
+	// Straight into the queue: a task is copied once on its way out.
 	if !st.headerSent {
 		st.headerSent = true
-		b = appendHeaderBlock(b, st.id, c.encode(headerFields(st.header)...), false, c.peerMaxFrame())
+		c.pend = appendHeaderBlock(c.pend, st.id, c.encode(headerFields(st.header)...), false, c.peerMaxFrame())
 	}
-	b = appendFrameHeader(b, frameData, 0, st.id, len(p))
-	return c.writeLocked(append(b, p...))
+	c.pend = appendFrameHeader(c.pend, frameData, 0, st.id, len(p))
+	c.pend = append(c.pend, p...)
+	c.flushLocked()
+	return nil
 }
 
 // WriteStatus ends the stream with s: its trailers are written (after the

@@ -129,7 +129,7 @@ type ConnLimits struct {
 	GRPCMaxStreams uint32
 	// WorkerTransport serves connections whose first call is a worker's
 	// Connect: "lean" (or empty) with aion's own HTTP/2 transport, one
-	// goroutine per connection besides each stream's handler; "grpc" with
+	// goroutine a connection and none a waiting worker stream; "grpc" with
 	// grpc-go's, as every other connection is.
 	WorkerTransport string
 	// HTTPReadHeaderTimeout bounds reading a request's headers.

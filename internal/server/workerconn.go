@@ -33,11 +33,12 @@ const (
 // handedCreds).
 //
 // Every call on such a connection is served here, a worker's stream or not
-// (serveCall). Each such connection costs one goroutine and a few KiB of buffers
-// and state besides its streams' handlers, where grpc-go keeps three
-// goroutines (reader, writer, keepalive) and its per-connection
-// structures. A stream is served exactly as grpc-go would serve it: the same
-// tap decision (admitCall), interceptors, decoder and limits.
+// (serveCall). Each such connection costs one goroutine and a few KiB of
+// buffers and state, and a worker's stream no goroutine while it waits (see
+// session), where grpc-go keeps three goroutines a connection (reader,
+// writer, keepalive), one a stream, and its per-connection structures. A
+// call is served as grpc-go would serve it: the same tap decision
+// (admitCall), interceptors, decoder and limits.
 func (s *Server) leanTransport() (*h2.Server, *h2.Handoff) {
 	if s.cfg.Conn.WorkerTransport == WorkerTransportGRPC {
 		return nil, nil
@@ -103,8 +104,8 @@ type handedCreds struct {
 }
 
 func (h handedCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if st, ok := h2.TLSState(c); ok {
-		return c, credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+	if info, ok := h2.TLSInfo(c); ok {
+		return c, info, nil
 	}
 	return h.TransportCredentials.ServerHandshake(c)
 }
