@@ -96,11 +96,24 @@ type claims struct {
 	// limitWake is, per triple, when a claim its rate limit held back is
 	// due again (a wake-up is armed for then).
 	limitWake map[registry.Triple]time.Time
-	// ending holds, per triple, the store sequence numbers of activities
-	// whose attempt ended here but whose end is not durable yet: the store
-	// still shows them running, and a claim must not count them as
-	// holding their fairness key's slots (see store.Claim.Ended).
-	ending map[registry.Triple]map[int64]struct{}
+	// ending holds, per triple, the ids of activities whose attempt ended
+	// here but whose end is not durable yet: the store still shows them
+	// running, and a claim must not count them as holding their fairness
+	// key's slots (see store.Claim.Ended).
+	ending map[registry.Triple]map[string]struct{}
+	// tallies counts, for triples whose waiting work this server can
+	// count (see tallyLocked), its own ready activities waiting in the
+	// store unclaimed. A claim then asks for that many rather than for
+	// every free slot, so the slots stay free for new work to start at
+	// once; and a tally of zero says that nothing waits that new work
+	// would pass. A notice, a poll or any other write of waiting work
+	// drops the triple's tally: what waits is not known until the next
+	// claim for every free slot finds the end of it.
+	tallies map[registry.Triple]ownWaiting
+	// starting counts, per namespace, activities inserted already running
+	// (see directWorkerLocked) whose insert is not durable yet: each holds
+	// a worker slot but is not running yet.
+	starting map[string]int
 }
 
 func newClaims() *claims {
@@ -110,7 +123,7 @@ func newClaims() *claims {
 		kick:           make(chan struct{}, 1),
 		orphans:        make(map[key]struct{}),
 		limitWake:      make(map[registry.Triple]time.Time),
-		ending:         make(map[registry.Triple]map[int64]struct{}),
+		ending:         make(map[registry.Triple]map[string]struct{}),
 		failing:        make(map[string]bool),
 		graced:         make(map[registry.Triple]bool),
 		open:           make(map[string]store.OpenCount),
@@ -118,7 +131,19 @@ func newClaims() *claims {
 		scheduledBytes: make(map[string]int64),
 		committed:      make(map[string]int),
 		committedBytes: make(map[string]int64),
+		starting:       make(map[string]int),
+		tallies:        make(map[registry.Triple]ownWaiting),
 	}
+}
+
+// ownWaiting is what a server knows of its own waiting work of one triple.
+type ownWaiting struct {
+	// waiting counts this server's ready activities written to the store
+	// and not claimed since.
+	waiting int
+	// probing says a claim for every free slot is out: until it returns
+	// what else waits is not known.
+	probing bool
 }
 
 func (c *claims) wake() {
@@ -140,6 +165,7 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 	if triples == nil {
 		clear(e.claims.empty)
 		clear(e.claims.graced)
+		clear(e.claims.tallies)
 		for _, t := range e.reg.Triples() {
 			e.claims.dirty[t] = struct{}{}
 		}
@@ -154,6 +180,7 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 		}
 		delete(e.claims.empty, t)
 		delete(e.claims.graced, t)
+		delete(e.claims.tallies, t)
 		e.claims.dirty[t] = struct{}{}
 	}
 	e.claims.wake()
@@ -179,7 +206,78 @@ func (e *Engine) releaseLocked(a *activity) {
 		e.armAnnounceLocked(ready, t)
 		return
 	}
+	n, counted := e.claims.tallies[t]
 	e.localWorkLocked(t)
+	if counted && a.rec.Node == "" {
+		n.waiting++
+		e.claims.tallies[t] = n
+	}
+}
+
+// tallyLocked reports whether this server can count the waiting work of t
+// that may pass new work: when t's namespace places work on any node and
+// no flow limit holds t (whose claims can take any of it, in order), and
+// as long as what waits is unpinned (a pinned activity drops the tally).
+func (e *Engine) tallyLocked(t registry.Triple) bool {
+	p := e.placements[t.Pool.Namespace]
+	return p.Mode != store.Prefer && p.Mode != store.Pinned && e.activityLimitLocked(t) == nil
+}
+
+// directWorkerLocked takes, for a new activity, a free slot of a local
+// worker that may start it as soon as its insert is durable, without a
+// claim: the insert itself claims it (store.InsertActivity.Start). That is
+// one row version, index update and round trip fewer per activity, and no
+// wait for a claim round. It takes one only when nothing could have gone
+// before the activity: it is ready now and no flow limit holds its type,
+// the namespace has room under its in-flight cap, the worker's node suits
+// the pin and the placement (in a prefer{nodes} namespace only a preferred
+// node, so others still wait out the grace), and the last claim for the
+// triple on the worker's node label found the end of the ready work, or
+// the triple's tally says none of this server's waits, with no notice or
+// other write of waiting work since. Otherwise the activity waits in the
+// store (nil).
+func (e *Engine) directWorkerLocked(a *activity, now time.Time) *registry.Worker {
+	if e.cl == nil || a.step != nil || a.rec.ReadyAt.After(now) {
+		return nil
+	}
+	t := tripleOf(&a.rec)
+	drained := e.claims.empty[t]
+	n, counted := e.claims.tallies[t]
+	none := counted && n.waiting == 0 && !n.probing
+	if (!none && len(drained) == 0) || e.activityLimitLocked(t) != nil {
+		return nil
+	}
+	ns := a.rec.Namespace
+	if e.maxRunning > 0 && e.running[ns]+e.claims.starting[ns] >= e.maxRunning {
+		return nil
+	}
+	p := e.placements[ns]
+	m := matchFor(a.rec.Node, p)
+	if a.rec.Node == "" && p.Mode == store.Prefer {
+		m = registry.OnNodes(p.Nodes...)
+	}
+	w, ok := e.reg.Select(t, m)
+	if !ok {
+		return nil
+	}
+	if (!none && !drained[w.Node()]) || (p.Mode == store.Pinned && !slices.Contains(p.Nodes, w.Node())) {
+		e.reg.Release(w)
+		return nil
+	}
+	return w
+}
+
+// startInsertedLocked starts the first attempt of a, inserted running on
+// w (its slot taken by directWorkerLocked), as adoptLocked starts claimed
+// work.
+func (e *Engine) startInsertedLocked(a *activity, w *registry.Worker) {
+	if a.readyAt.IsZero() {
+		a.readyAt = a.rec.ReadyAt
+	}
+	if t := a.rec.Timeouts.ScheduleToClose; t > 0 {
+		e.armLocked(a.rec.ScheduledAt.Add(t), a.key(), 0, timerScheduleToClose)
+	}
+	e.startLocked(a, w)
 }
 
 // localWorkLocked marks t for a claim because this server wrote or handed
@@ -187,6 +285,7 @@ func (e *Engine) releaseLocked(a *activity) {
 // own notices of activity work, so every such write must mark it here.
 func (e *Engine) localWorkLocked(t registry.Triple) {
 	delete(e.claims.empty, t)
+	delete(e.claims.tallies, t)
 	delete(e.claims.graced, t)
 	e.claims.dirty[t] = struct{}{}
 	e.claims.wake()
@@ -252,6 +351,9 @@ type claimGroup struct {
 	workers []*registry.Worker
 	// claim is what is asked of the store for these workers.
 	claim store.Claim
+	// counted says the claim asks for what the triple's tally counted,
+	// not for every free slot.
+	counted bool
 }
 
 // claimRound reserves free slots of local workers for the marked triples,
@@ -294,11 +396,21 @@ func (e *Engine) reserveSlotsLocked() []*claimGroup {
 		if _, ok := room[ns]; !ok {
 			room[ns] = maxClaim
 			if e.maxRunning > 0 {
-				room[ns] = e.maxRunning - e.running[ns]
+				room[ns] = e.maxRunning - e.running[ns] - e.claims.starting[ns]
 			}
 		}
+		want, counted := maxClaim, false
+		tl, known := e.claims.tallies[t]
+		switch {
+		case known && !tl.probing:
+			want, counted = tl.waiting, true
+		case e.tallyLocked(t):
+			// Count from now on; the claim finds what waits already.
+			tl = ownWaiting{probing: true}
+		}
 		byNode := map[string]*claimGroup{}
-		for n := 0; n < maxClaim && room[ns] > 0; n++ {
+		n := 0
+		for ; n < want && room[ns] > 0; n++ {
 			w, ok := e.reg.Select(t, registry.AnyNode())
 			if !ok {
 				break
@@ -306,11 +418,17 @@ func (e *Engine) reserveSlotsLocked() []*claimGroup {
 			room[ns]--
 			g := byNode[w.Node()]
 			if g == nil {
-				g = &claimGroup{t: t, node: w.Node()}
+				g = &claimGroup{t: t, node: w.Node(), counted: counted}
 				byNode[w.Node()] = g
 				groups = append(groups, g)
 			}
 			g.workers = append(g.workers, w)
+		}
+		if counted {
+			tl.waiting -= n // what is left waits for slots to free
+		}
+		if counted || tl.probing {
+			e.claims.tallies[t] = tl
 		}
 	}
 	return groups
@@ -353,8 +471,8 @@ func (e *Engine) buildClaimsLocked(groups []*claimGroup, now time.Time) {
 			spec := l.spec
 			c.Limit = &spec
 		}
-		for seq := range e.claims.ending[g.t] {
-			c.Ended = append(c.Ended, seq)
+		for id := range e.claims.ending[g.t] {
+			c.Ended = append(c.Ended, id)
 		}
 		g.claim = c
 	}
@@ -390,6 +508,7 @@ func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got []store.ClaimResul
 		switch {
 		case err != nil:
 			e.claims.dirty[g.t] = struct{}{} // try again after the pause
+			delete(e.claims.tallies, g.t)    // what it asked for still waits
 		case res.Limited && len(rows) < len(g.workers):
 			e.heldByLimitLocked(g, res, now)
 		case len(rows) < len(g.workers) && !g.claim.ReadyBefore.IsZero():
@@ -406,7 +525,19 @@ func (e *Engine) adoptClaimedLocked(groups []*claimGroup, got []store.ClaimResul
 			// it takes). New work comes with a notice, or with this
 			// server's own write.
 			e.markEmptyLocked(g.t, g.node)
+			if tl, ok := e.claims.tallies[g.t]; ok && tl.probing {
+				tl.probing = false
+				e.claims.tallies[g.t] = tl
+			}
+		case g.counted:
+			// It took what the tally counted; own writes since have
+			// counted and marked the triple again.
+			if e.claims.tallies[g.t].waiting > 0 {
+				e.claims.dirty[g.t] = struct{}{}
+				more = true
+			}
 		default:
+			delete(e.claims.tallies, g.t) // more may wait than it asked for
 			e.claims.dirty[g.t] = struct{}{}
 			more = true
 		}
@@ -528,16 +659,16 @@ func (e *Engine) endingLocked(a *activity) {
 	t := tripleOf(&a.rec)
 	m := e.claims.ending[t]
 	if m == nil {
-		m = make(map[int64]struct{})
+		m = make(map[string]struct{})
 		e.claims.ending[t] = m
 	}
-	m[a.rec.Seq] = struct{}{}
+	m[a.rec.ID] = struct{}{}
 }
 
 func (e *Engine) endedLocked(a *activity) {
 	t := tripleOf(&a.rec)
 	if m := e.claims.ending[t]; m != nil {
-		delete(m, a.rec.Seq)
+		delete(m, a.rec.ID)
 		if len(m) == 0 {
 			delete(e.claims.ending, t)
 		}

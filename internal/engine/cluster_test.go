@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,25 @@ import (
 // has no SQLite store: restart does not apply.
 func setupCluster(t *testing.T, dsn, name string) (*bench, *postgres.Store) {
 	t.Helper()
+	b, st, _ := setupCountedCluster(t, dsn, name)
+	return b, st
+}
+
+// claimCounter is the cluster store of a test server, counting the claim
+// round trips it makes.
+type claimCounter struct {
+	*postgres.Store
+	rounds atomic.Int64
+}
+
+func (c *claimCounter) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]store.ClaimResult, error) {
+	c.rounds.Add(1)
+	return c.Store.ClaimActivities(ctx, r)
+}
+
+// setupCountedCluster is setupCluster whose server counts its claims.
+func setupCountedCluster(t *testing.T, dsn, name string) (*bench, *postgres.Store, *claimCounter) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, dsn)
 	if err != nil {
@@ -31,13 +51,77 @@ func setupCluster(t *testing.T, dsn, name string) (*bench, *postgres.Store) {
 	}
 	clk := clock.NewFake(epoch)
 	reg := registry.New(registry.Options{})
+	counted := &claimCounter{Store: st}
 	e := New(Config{Store: st, Registry: reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
-		Defaults: DefaultDefaults(), Clock: clk, Cluster: &ClusterConfig{Store: st, Self: self.ID}})
+		Defaults: DefaultDefaults(), Clock: clk, Cluster: &ClusterConfig{Store: counted, Self: self.ID}})
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Stop(context.Background()) })
-	return &bench{t: t, clk: clk, reg: reg, eng: e}, st
+	return &bench{t: t, clk: clk, reg: reg, eng: e}, st, counted
+}
+
+// New work that nothing waiting would have gone before starts on a free
+// local slot with its insert, without a claim; while this server's own
+// work waits in the store (no free slot), new work waits behind it, and
+// the claims ask for what waits, oldest first, not for every free slot.
+func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
+	t.Parallel()
+	b, st, claims := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-direct")
+	fw := b.join(1)
+	tr := registry.NewTriple("ns", "", "t")
+	drained := func() bool {
+		b.eng.mu.Lock()
+		defer b.eng.mu.Unlock()
+		tl, ok := b.eng.claims.tallies[tr]
+		return (ok && tl.waiting == 0 && !tl.probing) || b.eng.claims.empty[tr][""]
+	}
+	deadline := time.Now().Add(patience)
+	for !drained() {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim for the new worker never found the end of the ready work")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := claims.rounds.Load()
+	b.schedule(request("first", store.Timeouts{}, store.RetryPolicy{}))
+	if task := fw.task(); task.ActivityID != "first" || task.Attempt != 1 {
+		t.Fatalf("started %s#%d, want first#1", task.ActivityID, task.Attempt)
+	}
+	if n := claims.rounds.Load() - before; n != 0 {
+		t.Fatalf("%d claims to start new work on a free slot, want none", n)
+	}
+	if owner, err := st.GetActivityOwner(context.Background(), "ns", "first"); err != nil || owner == 0 {
+		t.Fatalf("owner of the started insert: %d, %v; want this server", owner, err)
+	}
+
+	// The one slot is busy: second waits in the store, and third, with
+	// the slot free again, still waits behind it.
+	b.schedule(request("second", store.Timeouts{}, store.RetryPolicy{}))
+	b.schedule(request("third", store.Timeouts{}, store.RetryPolicy{}))
+	fw.complete("first", 1, "1")
+	for _, want := range []string{"second", "third"} {
+		task := fw.task()
+		if task.ActivityID != want {
+			t.Fatalf("started %s, want %s: waiting work goes first", task.ActivityID, want)
+		}
+		fw.complete(want, 1, "1")
+	}
+	b.wait("third")
+	for !drained() {
+		if time.Now().After(deadline) {
+			t.Fatal("the claims never took all of this server's waiting work")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before = claims.rounds.Load()
+	b.schedule(request("fourth", store.Timeouts{}, store.RetryPolicy{}))
+	if task := fw.task(); task.ActivityID != "fourth" {
+		t.Fatalf("started %s, want fourth", task.ActivityID)
+	}
+	if n := claims.rounds.Load() - before; n != 0 {
+		t.Fatalf("%d claims to start new work once nothing waits, want none", n)
+	}
 }
 
 // The claim loop of cluster mode, on one database created once: the

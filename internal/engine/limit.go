@@ -434,6 +434,7 @@ func (e *Engine) NoteFlowLimits(ns string, limits []store.FlowLimit) {
 		for _, t := range e.reg.Triples() {
 			if t.Pool.Namespace == ns && changed[t.ActivityType] {
 				delete(e.claims.empty, t)
+				delete(e.claims.tallies, t)
 				e.claims.dirty[t] = struct{}{}
 			}
 		}

@@ -148,15 +148,42 @@ func (e *Engine) reserve(s *slot) {
 		e.claims.scheduledBytes[k.ns] += int64(size)
 	}
 	a := &activity{rec: s.rec, creating: make(chan struct{}), size: size}
+	e.addOpenLocked(a)
+	e.insertLocked(s, a, counted, e.directWorkerLocked(a, e.now()))
+}
+
+// insertLocked submits the insert of a, reserved for s, and settles s once
+// it is durable. With w set (cluster mode, see directWorkerLocked) the
+// activity is inserted running on w and starts once durable; if the store
+// did not insert it so (its id is in use, or this server is no member
+// any more) it is inserted again as waiting work.
+func (e *Engine) insertLocked(s *slot, a *activity, counted bool, w *registry.Worker) {
+	k := a.key()
+	size := a.size
 	spill := e.spillsLocked(a, e.now())
 	inWindow := !spill && e.ws != nil && !a.rec.ReadyAt.After(e.now())
 	if inWindow {
 		e.insertingLocked(&a.rec, 1)
 	}
-	e.addOpenLocked(a)
-	e.commit.Submit(store.InsertActivity{Activity: s.rec, Spilled: spill}, func(created bool, err error) {
+	write := store.InsertActivity{Activity: s.rec, Spilled: spill}
+	if w != nil {
+		e.claims.starting[k.ns]++
+		write.Start = &store.InsertStart{Owner: e.cl.Self, Worker: uint64(w.ID()), Node: w.Node(), At: e.now()}
+	}
+	e.commit.Submit(write, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if w != nil {
+			e.claims.starting[k.ns]--
+			if err != nil || !created || e.closed || !e.reg.IsRegistered(w.ID()) {
+				e.reg.Release(w)
+				e.dispatchWorkerLocked(w)
+			}
+			if err == nil && !created && !e.closed {
+				e.insertLocked(s, a, counted, nil)
+				return
+			}
+		}
 		defer close(s.done)
 		if inWindow {
 			e.insertingLocked(&a.rec, -1)
@@ -182,6 +209,18 @@ func (e *Engine) reserve(s *slot) {
 			// started; it is in the store only.
 			e.dropOpenLocked(a)
 			s.lookup = true
+		case w != nil:
+			s.res.Activity = a.rec
+			e.obs.Scheduled(k.ns)
+			if e.closed || !e.reg.IsRegistered(w.ID()) {
+				// The worker left while the insert committed: the
+				// activity waits in the store again.
+				e.dropOpenLocked(a)
+				a.wakeWaiters()
+				e.handBack([]store.Activity{a.rec})
+				return
+			}
+			e.startInsertedLocked(a, w)
 		default:
 			s.res.Activity = a.rec
 			e.obs.Scheduled(k.ns)

@@ -188,6 +188,7 @@ func (e *Engine) fireLocked(tm timer, now time.Time) {
 		return
 	case timerClaim:
 		delete(e.claims.empty, tm.triple)
+		delete(e.claims.tallies, tm.triple)
 		e.claims.dirty[tm.triple] = struct{}{}
 		e.claims.wake()
 		return

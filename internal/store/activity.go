@@ -206,6 +206,25 @@ type InsertActivity struct {
 	// in memory: a WaitingStore pages and sweeps only such activities, and
 	// returns the others whole from HeldActivities at a start.
 	Spilled bool
+	// Start, when set, inserts the activity already running its first
+	// attempt on a worker of the server Start.Owner: a claim made with the
+	// insert, for a server that has a free slot for work nothing waits
+	// before. It applies only while the owner is a live cluster member;
+	// otherwise, as when the id exists, nothing is inserted and Apply
+	// reports false. Only a cluster store takes it (see CheckAlone).
+	Start *InsertStart
+}
+
+// InsertStart says where a claimed insert's first attempt runs.
+type InsertStart struct {
+	// Owner is the server that owns the running activity.
+	Owner ServerID
+	// Worker and Node are the worker the attempt runs on and its node
+	// label, as a claim records them.
+	Worker uint64
+	Node   string
+	// At is when the attempt starts.
+	At time.Time
 }
 
 // EndAttempt records one finished attempt together with the activity's new

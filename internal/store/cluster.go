@@ -85,10 +85,10 @@ type Claim struct {
 	// across every server, and skips such work to take what is allowed
 	// behind it.
 	Limit *FlowLimit
-	// Ended lists, by Seq, activities of the triple whose attempt ended on
+	// Ended lists, by id, activities of the triple whose attempt ended on
 	// the claiming server but whose end is not durable yet: fair shares
 	// do not count them as holding a slot.
-	Ended []int64
+	Ended []string
 }
 
 // FlowUsageRequest names what ReadFlowUsage reads.

@@ -61,6 +61,17 @@ func (row *RunRow) Decode() (Run, error) {
 // anything, so such an Apply changes nothing.
 func ValidateWrite(w Write) error {
 	switch w := w.(type) {
+	case InsertActivity:
+		if st := w.Start; st != nil {
+			a := w.Activity
+			if st.Owner == 0 || st.Worker == 0 {
+				return fmt.Errorf("insert activity %q in namespace %q started: owner %d and worker %d must be set", a.ID, a.Namespace, st.Owner, st.Worker)
+			}
+			if a.State != StateScheduled || a.Attempt != 0 {
+				return fmt.Errorf("insert activity %q in namespace %q started: state %q attempt %d, want a new activity (scheduled, attempt 0)",
+					a.ID, a.Namespace, a.State, a.Attempt)
+			}
+		}
 	case InsertRun:
 		r := w.Run
 		if r.RunID == "" {
@@ -107,6 +118,10 @@ var ErrClusterOnly = errors.New("only a cluster store takes this write")
 // where several servers share the store.
 func CheckAlone(w Write) error {
 	switch w := w.(type) {
+	case InsertActivity:
+		if w.Start != nil {
+			return fmt.Errorf("insert activity %q started on a cluster member: %w", w.Activity.ID, ErrClusterOnly)
+		}
 	case PostRunEvent:
 		return fmt.Errorf("post an event to run %q: %w", w.Event.RunID, ErrClusterOnly)
 	case AppendEvents:

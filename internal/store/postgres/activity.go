@@ -19,6 +19,30 @@ var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, acti
 		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `, $19, $20, $21, $22, $23, $24, $25, $26)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
+// insertStartedSQL inserts a new activity running its first attempt on
+// worker $21 (node label $22) of server $20 from $23, as claimSQL would
+// leave it, but only while that server is a live member: the key-share lock
+// on its row makes a reap or a leave (which lock it for update) wait for
+// the insert's commit and then hand the activity back, or the insert, once
+// the server is gone, insert nothing. Unlike claimSQL's share lock it does
+// not hold up the server's lease renewals. Its parameters $1..$19 are
+// insertActivitySQL's less state, attempt, result, failure, heartbeat,
+// started_at and closed_at (those of a new activity), renumbered.
+var insertStartedSQL = `WITH member AS (
+		SELECT id FROM servers WHERE id = $20::bigint AND lease_until >= ` + dbNow + ` FOR KEY SHARE
+	)
+	INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
+		fingerprint, timeouts, retry, state, attempt,
+		scheduled_at, started_at, ready_at, closed_at, wait_deadline, priority,
+		fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate,
+		owner, attempt_started_at, attempt_worker, attempt_node)
+	SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::bytea, $7::text, $8::jsonb, $9::jsonb, 'running', 1,
+		$10::bigint, 0, $11::bigint, 0, ` + waitDeadline("$8::jsonb", "$10::bigint", "$11::bigint") + `, $12::smallint,
+		$13::text, $14::integer, $15::text, $16::text, $17::bigint, $18::text, $19::text,
+		member.id, $23::bigint, $21::bigint, $22::text
+	FROM member
+	ON CONFLICT (namespace, id) DO NOTHING`
+
 // endActivityUpdate moves an open activity, setting the columns set adds
 // too; $1..$11 are shared by every EndAttempt statement. A closed or
 // missing activity matches no row, and so does one owned by another server
@@ -85,6 +109,14 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			retry, err := json.Marshal(a.Retry)
 			if err != nil {
 				return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, dbErr(err))
+			}
+			if st := w.Start; st != nil {
+				b.Queue(insertStartedSQL, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
+					a.Fingerprint, timeouts, retry, store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.ReadyAt),
+					store.EffectivePriority(a.Priority), a.Flow.FairnessKey, store.EffectiveWeight(a.Flow.FairnessWeight),
+					a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time), a.Trace.Parent, a.Trace.State,
+					int64(st.Owner), int64(st.Worker), st.Node, store.UnixNanos(st.At))
+				continue
 			}
 			b.Queue(insertActivitySQL, a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload,
 				a.Fingerprint, timeouts, retry, string(a.State), a.Attempt, a.Result,

@@ -41,6 +41,9 @@ func workPayload(writes []store.Write) string {
 	for _, w := range writes {
 		switch w := w.(type) {
 		case store.InsertActivity:
+			if w.Start != nil {
+				continue // running already: nothing waits for a claim
+			}
 			a := w.Activity
 			triples = append(triples, [3]string{a.Namespace, a.TaskQueue, a.ActivityType})
 		case store.InsertRun:
@@ -426,7 +429,7 @@ const claimSQL = `WITH RECURSIVE member AS (
 	), running AS MATERIALIZED (
 		SELECT fairness_key, sum(` + strideSQL + `) AS spent FROM activities
 		WHERE state = 'running' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
-			AND seq <> ALL($10::bigint[]) AND (SELECT count(DISTINCT fairness_key) FROM keys) > 1
+			AND id <> ALL($10::text[]) AND (SELECT count(DISTINCT fairness_key) FROM keys) > 1
 		GROUP BY fairness_key
 	), heads AS MATERIALIZED (
 		SELECT h.*, sum(greatest(h.fairness_weight, 1)) OVER () AS weights FROM (
@@ -499,7 +502,7 @@ func (s *Store) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]st
 		}
 		ended := c.Ended
 		if ended == nil {
-			ended = []int64{}
+			ended = []string{}
 		}
 		b.Queue(claimSQL, int64(owner), store.UnixNanos(now), c.Namespace, c.TaskQueue, c.ActivityType,
 			store.UnixNanos(readyBefore(c, now)), c.Node, len(c.Workers), workers, ended)

@@ -2,8 +2,11 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aion-run/aion/internal/store"
 	"github.com/aion-run/aion/internal/store/sqlite"
@@ -63,4 +66,27 @@ func TestWaitingConformance(t *testing.T) {
 	storetest.RunWaiting(t, func(t *testing.T) store.Store {
 		return open(t, filepath.Join(t.TempDir(), "aion.db"))
 	})
+}
+
+// The embedded store has no cluster members: an insert started on one is
+// refused by name, and with it the whole Apply.
+func TestStartedInsertIsClusterOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "aion.db"))
+	now := time.Now()
+	plain := store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: "plain", TaskQueue: "q", ActivityType: "t",
+		Fingerprint: "f", State: store.StateScheduled, ScheduledAt: now, ReadyAt: now}}
+	started := plain
+	started.Activity.ID = "started"
+	started.Start = &store.InsertStart{Owner: 1, Worker: 2, At: now}
+	_, err := s.Apply(ctx, []store.Write{plain, started})
+	if !errors.Is(err, store.ErrClusterOnly) || !strings.Contains(err.Error(), `"started"`) {
+		t.Fatalf("apply a started insert: %v, want ErrClusterOnly naming the activity", err)
+	}
+	for _, id := range []string{"plain", "started"} {
+		if _, err := s.GetActivity(ctx, "ns", id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get %s after the refused apply: %v, want not found", id, err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ func RunCluster(t *testing.T, open ClusterOpener) {
 		{"OwnedWritesApplyOnlyForTheOwner", testOwnedWrites},
 		{"UnclaimHandsBackOnlyTheOwnersWork", testUnclaim},
 		{"AnExpiredMemberClaimsNothing", testExpiredMemberClaimsNothing},
+		{"StartedInsertRunsAtOnceOnlyForALiveMember", testStartedInsert},
 		{"ReapHandsBackTheAttemptsOfAnExpiredServer", testReap},
 		{"RequestCancelByState", testRequestCancel},
 		{"CancelRequestOutlivesRetryAndHandBack", testCancelOutlivesRetry},
@@ -462,6 +464,76 @@ func testExpiredMemberClaimsNothing(t *testing.T, c *clusterCase) {
 		if got := c.claim(id, time.Now(), claimOf("t", "", 1, 2)); len(got[0]) != 0 {
 			t.Fatalf("expired member (reaped: %v) claimed %v", reap, activityIDs(got[0]))
 		}
+	}
+}
+
+// A started insert leaves a new activity as a claim would: running its
+// first attempt on the worker, owned, its owner's to end or hand back. An
+// id in use, or an owner whose lease ran out (reaped or not), inserts
+// nothing; a reap hands a started activity back like a claimed one.
+func testStartedInsert(t *testing.T, c *clusterCase) {
+	owner := c.join("starter", time.Minute)
+	late := c.join("late-starter", shortLease)
+	now := time.Now().Truncate(time.Microsecond)
+	started := func(id string, by store.ServerID) store.Write {
+		return store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: id, TaskQueue: "q", ActivityType: "direct",
+			Fingerprint: "f", State: store.StateScheduled, Payload: []byte("12345"), Timeouts: store.Timeouts{ScheduleToStart: time.Second},
+			ScheduledAt: now, ReadyAt: now, Trace: traceContext},
+			Start: &store.InsertStart{Owner: by, Worker: 71, Node: "gpu", At: now}}
+	}
+	if got := c.apply(started("s-1", owner), started("s-2", owner)); !slices.Equal(got, []bool{true, true}) {
+		t.Fatalf("started inserts by a live member changed %v, want both", got)
+	}
+	a := c.get("s-1")
+	if a.State != store.StateRunning || a.Attempt != 1 || !bytes.Equal(a.Payload, []byte("12345")) || a.Trace != traceContext {
+		t.Fatalf("started insert: %s attempt %d payload %q trace %+v, want running attempt 1 with its payload and trace",
+			a.State, a.Attempt, a.Payload, a.Trace)
+	}
+	at, err := c.s.GetRunningAttempt(c.ctx, "ns", "s-1")
+	if err != nil || at == nil || at.Number != 1 || at.WorkerID != 71 || at.Node != "gpu" || !at.StartedAt.Equal(now) {
+		t.Fatalf("running attempt of a started insert: %+v, %v; want attempt 1 on worker 71, node gpu, from %v", at, err, now)
+	}
+	if owned, err := c.s.ListOwnedActivities(c.ctx, owner); err != nil || len(owned) != 2 {
+		t.Fatalf("owned after two started inserts: %+v, %v", owned, err)
+	}
+	// Nothing waits: a claim finds no work, and the schedule-to-start
+	// deadline of a running activity closes nothing.
+	if got := c.claim(owner, now, claimOf("direct", "gpu", 1, 2)); len(got[0]) != 0 {
+		t.Fatalf("a claim took started activities %v", activityIDs(got[0]))
+	}
+	expired, err := c.s.ExpireWaitingActivities(c.ctx, store.ExpireRequest{Now: now.Add(time.Hour), Limit: 10,
+		Failure: func(store.Activity) *store.Failure { return &store.Failure{Type: "timeout"} }})
+	if err != nil || len(expired) != 0 {
+		t.Fatalf("expire after a started insert: %v, %v; want none", activityIDs(expired), err)
+	}
+	if got := c.apply(started("s-1", owner)); got[0] {
+		t.Fatal("a started insert of an id in use changed it")
+	}
+	if ended := c.apply(store.EndAttempt{Namespace: "ns", ID: "s-1", Owner: owner, State: store.StateCompleted, ClosedAt: now,
+		Attempt: &store.Attempt{Number: 1, StartedAt: now, EndedAt: now, Outcome: store.OutcomeCompleted}}); !ended[0] {
+		t.Fatal("the owner could not end its started activity")
+	}
+
+	c.expire("late-starter")
+	if got := c.apply(started("s-late", late)); got[0] {
+		t.Fatal("a member whose lease ran out inserted a started activity")
+	}
+	if _, err := c.s.GetActivity(c.ctx, "ns", "s-late"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get the refused started insert: %v, want not found", err)
+	}
+
+	// A reap hands the started activity of a dead owner back.
+	dead := c.join("dead-starter", shortLease)
+	c.apply(started("s-dead", dead))
+	c.expire("dead-starter")
+	if _, err := c.s.ReapServers(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := c.get("s-dead"); a.State != store.StateScheduled {
+		t.Fatalf("after its owner's reap a started activity is %s, want scheduled again", a.State)
+	}
+	if got := c.claim(owner, time.Now(), claimOf("direct", "", 3)); len(got[0]) != 1 || got[0][0].ID != "s-dead" {
+		t.Fatalf("claim after the reap took %v, want s-dead", activityIDs(got[0]))
 	}
 }
 
@@ -986,9 +1058,9 @@ func testClaimsShareOutFairnessKeys(t *testing.T, c *clusterCase) {
 	c.scheduleFair("ending", "c", 1, 3, 5)
 	c.scheduleFair("ending", "d", 1, 3, 5)
 	first := c.claim(owner, time.Now(), claimOf("ending", "", 30, 31, 32))[0]
-	byKey := map[string][]int64{}
+	byKey := map[string][]string{}
 	for _, a := range first {
-		byKey[a.Flow.FairnessKey] = append(byKey[a.Flow.FairnessKey], a.Seq)
+		byKey[a.Flow.FairnessKey] = append(byKey[a.Flow.FairnessKey], a.ID)
 	}
 	two := "c"
 	if len(byKey["d"]) == 2 {
