@@ -9,6 +9,7 @@ import (
 
 	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -190,4 +191,38 @@ func explainExecute(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name 
 		t.Fatalf("explain %s: %v", name, err)
 	}
 	return plan.String()
+}
+
+// Every column of activities has its own statistics target (see
+// statisticsMigration), so analyzing the table samples only what plans
+// need: a column added without one would bring back the default target,
+// and with it the sample of 30,000 rows of every column.
+func TestEveryActivityColumnHasAStatisticsTarget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := s.pool.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = 'activities'::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget < 0 ORDER BY attnum`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(defaults) > 0 {
+		t.Fatalf("activities columns with the default statistics target: %v; give each its own in a migration", defaults)
+	}
+	var widest int
+	if err := s.pool.QueryRow(ctx, `SELECT max(attstattarget) FROM pg_attribute
+		WHERE attrelid = 'activities'::regclass AND attnum > 0 AND NOT attisdropped`).Scan(&widest); err != nil {
+		t.Fatal(err)
+	}
+	if widest > 10 {
+		t.Fatalf("a statistics target of %d on activities, want at most 10: an analyze samples 300 rows per unit of the largest", widest)
+	}
 }

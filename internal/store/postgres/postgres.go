@@ -457,7 +457,37 @@ var migrations = []string{
 	`DROP INDEX activities_by_state;
 	CREATE INDEX activities_by_state ON activities (state, namespace, seq)`,
 	closingAttemptMigration,
+	statisticsMigration,
 }
+
+// statisticsMigration keeps analyzing activities cheap. With the default
+// target every analyze (the store's own, and autovacuum's as the table
+// grows) sampled up to 30,000 rows of every column, payloads and results
+// included: 0.4 s of a core at 20,000 rows on a 2-core machine, a stall of
+// dispatch each time. Plans need statistics only of the columns queries
+// filter and order by, and a sample of 3,000 rows of those (a target of
+// 10) tells them apart; the wide columns no query filters on get none.
+const statisticsMigration = `ALTER TABLE activities
+	ALTER COLUMN payload SET STATISTICS 0, ALTER COLUMN result SET STATISTICS 0,
+	ALTER COLUMN failure SET STATISTICS 0, ALTER COLUMN heartbeat SET STATISTICS 0,
+	ALTER COLUMN timeouts SET STATISTICS 0, ALTER COLUMN retry SET STATISTICS 0,
+	ALTER COLUMN fingerprint SET STATISTICS 0, ALTER COLUMN traceparent SET STATISTICS 0,
+	ALTER COLUMN tracestate SET STATISTICS 0, ALTER COLUMN closing_failure SET STATISTICS 0,
+	ALTER COLUMN closing_node SET STATISTICS 0, ALTER COLUMN closing_outcome SET STATISTICS 0,
+	ALTER COLUMN attempt_node SET STATISTICS 0, ALTER COLUMN schedule_id SET STATISTICS 0,
+	ALTER COLUMN seq SET STATISTICS 10, ALTER COLUMN namespace SET STATISTICS 10,
+	ALTER COLUMN id SET STATISTICS 10, ALTER COLUMN task_queue SET STATISTICS 10,
+	ALTER COLUMN activity_type SET STATISTICS 10, ALTER COLUMN node SET STATISTICS 10,
+	ALTER COLUMN state SET STATISTICS 10, ALTER COLUMN attempt SET STATISTICS 10,
+	ALTER COLUMN scheduled_at SET STATISTICS 10, ALTER COLUMN started_at SET STATISTICS 10,
+	ALTER COLUMN ready_at SET STATISTICS 10, ALTER COLUMN closed_at SET STATISTICS 10,
+	ALTER COLUMN owner SET STATISTICS 10, ALTER COLUMN attempt_started_at SET STATISTICS 10,
+	ALTER COLUMN attempt_worker SET STATISTICS 10, ALTER COLUMN cancel_reason SET STATISTICS 10,
+	ALTER COLUMN wait_deadline SET STATISTICS 10, ALTER COLUMN priority SET STATISTICS 10,
+	ALTER COLUMN fairness_key SET STATISTICS 10, ALTER COLUMN fairness_weight SET STATISTICS 10,
+	ALTER COLUMN concurrency_key SET STATISTICS 10, ALTER COLUMN schedule_time SET STATISTICS 10,
+	ALTER COLUMN closing_number SET STATISTICS 10, ALTER COLUMN closing_worker_id SET STATISTICS 10,
+	ALTER COLUMN closing_started_at SET STATISTICS 10, ALTER COLUMN closing_ended_at SET STATISTICS 10`
 
 // closingAttemptMigration gives activities the record of the attempt that
 // closed them, kept in the row instead of the attempts table: a close is
