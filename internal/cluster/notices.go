@@ -26,7 +26,14 @@ func (m *Membership) handleNotices(ctx context.Context) {
 	defer tick.Stop()
 	ticks := 0
 	for {
-		var first store.Notice
+		var (
+			first store.Notice
+			// reread: a periodic full re-read, not a reconnect. It
+			// leaves work to the engine's own poll, which looks for
+			// unannounced work every second without taking every free
+			// slot from new work.
+			reread bool
+		)
 		select {
 		case <-ctx.Done():
 			return
@@ -34,12 +41,12 @@ func (m *Membership) handleNotices(ctx context.Context) {
 		case <-tick.C:
 			ticks++
 			first = store.Notice{Kind: store.NoticeMessage}
-			if ticks%fullEvery == 0 {
-				first = store.Notice{Kind: store.NoticeReconnected}
-			}
+			reread = ticks%fullEvery == 0
 		}
 		var (
-			all, topology, messages bool
+			// all: re-read everything; reconnected: notices may have
+			// been lost, work included.
+			all, reconnected, topology, messages bool
 			namespaces              = map[string]bool{}
 			work                    []registry.Triple
 			anyWork                 bool
@@ -59,7 +66,7 @@ func (m *Membership) handleNotices(ctx context.Context) {
 			case store.NoticeMessage:
 				messages = true
 			case store.NoticeReconnected:
-				all = true
+				all, reconnected = true, true
 			}
 		}
 		note(first)
@@ -73,10 +80,11 @@ func (m *Membership) handleNotices(ctx context.Context) {
 			}
 		}
 		if m.missed.Swap(false) {
-			all = true
+			all, reconnected = true, true
 		}
+		all = all || reread
 		switch {
-		case all || anyWork:
+		case reconnected || anyWork:
 			m.d.Engine.NewWork(nil)
 		case len(work) > 0:
 			m.d.Engine.NewWork(work)

@@ -110,6 +110,11 @@ type claims struct {
 	// drops the triple's tally: what waits is not known until the next
 	// claim for every free slot finds the end of it.
 	tallies map[registry.Triple]ownWaiting
+	// probe marks triples the poll asks about whose tally says nothing of
+	// this server's waits: their next claim asks for one activity, which
+	// either finds nothing (the tally holds) or shows that unknown work
+	// waits (the tally is dropped and a claim for every free slot follows).
+	probe map[registry.Triple]bool
 	// starting counts, per namespace, activities inserted already running
 	// (see directWorkerLocked) whose insert is not durable yet: each holds
 	// a worker slot but is not running yet.
@@ -133,6 +138,7 @@ func newClaims() *claims {
 		committedBytes: make(map[string]int64),
 		starting:       make(map[string]int),
 		tallies:        make(map[registry.Triple]ownWaiting),
+		probe:          make(map[registry.Triple]bool),
 	}
 }
 
@@ -183,6 +189,29 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 		delete(e.claims.tallies, t)
 		e.claims.dirty[t] = struct{}{}
 	}
+	e.claims.wake()
+}
+
+// pollWork looks, once a poll, for work no notice announced (one lost with
+// a connection, or made ready by a server that died before announcing it).
+// A triple whose tally says nothing of this server's waits is probed with a
+// claim of one activity, so new work keeps starting on the free slots
+// meanwhile; every other triple is claimed for as after a notice.
+func (e *Engine) pollWork() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.reg.Triples() {
+		if tl, ok := e.claims.tallies[t]; ok && !tl.probing && tl.waiting == 0 {
+			e.claims.probe[t] = true
+		} else {
+			delete(e.claims.empty, t)
+			delete(e.claims.graced, t)
+			delete(e.claims.tallies, t)
+		}
+		e.claims.dirty[t] = struct{}{}
+	}
+	e.markAllRunClaimsLocked()
+	e.checkAllHeldLocked()
 	e.claims.wake()
 }
 
@@ -401,7 +430,12 @@ func (e *Engine) reserveSlotsLocked() []*claimGroup {
 		}
 		want, counted := maxClaim, false
 		tl, known := e.claims.tallies[t]
+		probe := e.claims.probe[t]
+		delete(e.claims.probe, t)
 		switch {
+		case known && !tl.probing && probe && tl.waiting == 0:
+			groups = append(groups, e.probeSlotsLocked(t, room)...)
+			continue
 		case known && !tl.probing:
 			want, counted = tl.waiting, true
 		case e.tallyLocked(t):
@@ -429,6 +463,26 @@ func (e *Engine) reserveSlotsLocked() []*claimGroup {
 		}
 		if counted || tl.probing {
 			e.claims.tallies[t] = tl
+		}
+	}
+	return groups
+}
+
+// probeSlotsLocked takes, for a probe of t (see claims.probe), one free
+// slot on each node label of t's local workers, as far as the namespace's
+// room allows: pinned work waits for its label alone.
+func (e *Engine) probeSlotsLocked(t registry.Triple, room map[string]int) []*claimGroup {
+	var groups []*claimGroup
+	seen := map[string]bool{}
+	ns := t.Pool.Namespace
+	for _, c := range e.reg.Candidates(t, "") {
+		if seen[c.Node] || room[ns] <= 0 {
+			continue
+		}
+		seen[c.Node] = true
+		if w, ok := e.reg.Select(t, registry.OnNodes(c.Node)); ok {
+			room[ns]--
+			groups = append(groups, &claimGroup{t: t, node: w.Node(), workers: []*registry.Worker{w}})
 		}
 	}
 	return groups
@@ -740,7 +794,7 @@ func (e *Engine) runChores() {
 			return
 		case <-t.C():
 		}
-		e.NewWork(nil)
+		e.pollWork()
 		e.handBackOrphans()
 		e.handBackUnknown()
 		e.expireWaiting()
