@@ -47,9 +47,9 @@ func (m *Membership) handleNotices(ctx context.Context) {
 			// all: re-read everything; reconnected: notices may have
 			// been lost, work included.
 			all, reconnected, topology, messages bool
-			namespaces              = map[string]bool{}
-			work                    []registry.Triple
-			anyWork                 bool
+			namespaces                           = map[string]bool{}
+			work                                 []registry.Triple
+			anyWork                              bool
 		)
 		note := func(n store.Notice) {
 			switch n.Kind {
