@@ -777,8 +777,9 @@ func (e *Engine) choreOK(what string) {
 	}
 }
 
-// backlogEvery is how many polls pass between backlog samples: counting a
-// large backlog reads every waiting row, so it is not done every second.
+// backlogEvery is how many polls pass between backlog samples (and looks
+// for owned work this server does not hold): counting a large backlog reads
+// every waiting row, so it is not done every second.
 const backlogEvery = 5
 
 // runChores runs, every poll, what no notice triggers: a claim for every
@@ -796,12 +797,12 @@ func (e *Engine) runChores() {
 		}
 		e.pollWork()
 		e.handBackOrphans()
-		e.handBackUnknown()
 		e.expireWaiting()
 		e.applyCancelRequests()
 		if polls%backlogEvery != 0 {
 			continue
 		}
+		e.handBackUnknown()
 		if err := e.call(func(ctx context.Context) error { return e.cl.Store.SweepFlowBuckets(ctx, e.now()) }); err != nil {
 			e.choreFailed("sweep flow buckets", err)
 		} else {
@@ -864,9 +865,12 @@ func (e *Engine) handBackOrphans() {
 }
 
 // handBackUnknown returns activities the store says this server owns but
-// that it does not hold: a claim that committed but whose answer was lost.
-// An activity must look unknown on two polls in a row, so a claim still
-// being adopted is not mistaken for one.
+// that it does not hold: a claim (or an insert started on a worker) that
+// committed but whose answer was lost. An activity must look unknown on two
+// looks in a row, so a claim still being adopted is not mistaken for one.
+// It looks every backlogEvery polls: the read walks the owned index, whose
+// entries of ended activities stay until a vacuum, and it is a backstop for
+// a rare loss, not a path work waits on.
 func (e *Engine) handBackUnknown() {
 	var owned []store.ActivityRef
 	if err := e.call(func(ctx context.Context) (err error) {

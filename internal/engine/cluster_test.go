@@ -25,15 +25,26 @@ func setupCluster(t *testing.T, dsn, name string) (*bench, *postgres.Store) {
 }
 
 // claimCounter is the cluster store of a test server, counting the claim
-// round trips it makes.
+// round trips it makes, its polls (each sweeps waiting deadlines once) and
+// its looks for owned work it does not hold.
 type claimCounter struct {
 	*postgres.Store
-	rounds atomic.Int64
+	rounds, polls, looks atomic.Int64
 }
 
 func (c *claimCounter) ClaimActivities(ctx context.Context, r store.ClaimRequest) ([]store.ClaimResult, error) {
 	c.rounds.Add(1)
 	return c.Store.ClaimActivities(ctx, r)
+}
+
+func (c *claimCounter) ExpireWaitingActivities(ctx context.Context, r store.ExpireRequest) ([]store.Activity, error) {
+	defer c.polls.Add(1)
+	return c.Store.ExpireWaitingActivities(ctx, r)
+}
+
+func (c *claimCounter) ListOwnedActivities(ctx context.Context, owner store.ServerID) ([]store.ActivityRef, error) {
+	defer c.looks.Add(1)
+	return c.Store.ListOwnedActivities(ctx, owner)
 }
 
 // setupCountedCluster is setupCluster whose server counts its claims.
@@ -256,5 +267,42 @@ func claimsShareBetweenKeys(t *testing.T, dsn string) {
 			fw.complete(running[0].ActivityID, running[0].Attempt, "1")
 			running = running[1:]
 		}
+	}
+}
+
+// An activity the store says this server runs but that the server does not
+// hold (a claim or a started insert that committed, its answer lost) is
+// handed back once two looks in a row found it, and then runs here.
+func TestOwnedWorkTheServerDoesNotHoldIsHandedBack(t *testing.T) {
+	t.Parallel()
+	b, st, calls := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-lost")
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	now := b.clk.Now()
+	lost := store.InsertActivity{Activity: store.Activity{Namespace: "ns", ID: "lost", TaskQueue: registry.Pool("ns", "").TaskQueue,
+		ActivityType: "t", Fingerprint: "f", State: store.StateScheduled, ScheduledAt: now, ReadyAt: now},
+		Start: &store.InsertStart{Owner: b.eng.cl.Self, Worker: 999, At: now}}
+	if _, err := st.Apply(ctx, []store.Write{lost}); err != nil {
+		t.Fatal(err)
+	}
+	fw := b.join(1)
+	for poll := int64(1); ; poll++ {
+		// One poll at a time: the next tick only once this one's sweep ran.
+		b.advance(time.Second)
+		for calls.polls.Load() < poll {
+			if ctx.Err() != nil {
+				t.Fatalf("poll %d did not run", poll)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if calls.looks.Load() < 2 {
+			idle(t, fw.conn.tasks, "task before a second look")
+			continue
+		}
+		task := fw.task()
+		if task.ActivityID != "lost" || task.Attempt != 1 {
+			t.Fatalf("started %s#%d, want lost#1", task.ActivityID, task.Attempt)
+		}
+		return
 	}
 }

@@ -179,8 +179,15 @@ func (e *Engine) claimRunsRound() {
 	}
 }
 
-// pollOwnedInbox marks every held run with inbox events.
+// pollOwnedInbox marks every held run with inbox events. A server that
+// holds no run has nothing to mark, and does not read.
 func (e *Engine) pollOwnedInbox() {
+	e.mu.Lock()
+	held := len(e.runs)
+	e.mu.Unlock()
+	if held == 0 {
+		return
+	}
 	var evs []store.RunEvent
 	err := e.call(func(ctx context.Context) (err error) {
 		evs, err = e.cl.Store.ListOwnedInbox(ctx, e.cl.Self)
