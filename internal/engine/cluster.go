@@ -32,7 +32,8 @@ type ClusterConfig struct {
 	PreferGrace time.Duration
 	// ForwardCancel asks the owner of a running activity to cancel it. The
 	// request is also recorded in the store, so a lost message only delays it
-	// to the owner's next poll (or its lease's end).
+	// to the owner's next look at its cancel requests, every fifth poll (or
+	// its lease's end).
 	ForwardCancel func(ctx context.Context, owner store.ServerID, namespace, id, reason string)
 }
 
@@ -777,9 +778,12 @@ func (e *Engine) choreOK(what string) {
 	}
 }
 
-// backlogEvery is how many polls pass between backlog samples (and looks
-// for owned work this server does not hold): counting a large backlog reads
-// every waiting row, so it is not done every second.
+// backlogEvery is how many polls pass between backlog samples, and between
+// the backstops that read this server's owned rows (cancel requests whose
+// message was lost, owned work it does not hold): counting a large backlog
+// reads every waiting row, and reading the owned rows walks the entries of
+// every activity the server ran since the last vacuum, so neither is done
+// every second.
 const backlogEvery = 5
 
 // runChores runs, every poll, what no notice triggers: a claim for every
@@ -798,10 +802,10 @@ func (e *Engine) runChores() {
 		e.pollWork()
 		e.handBackOrphans()
 		e.expireWaiting()
-		e.applyCancelRequests()
 		if polls%backlogEvery != 0 {
 			continue
 		}
+		e.applyCancelRequests()
 		e.handBackUnknown()
 		if err := e.call(func(ctx context.Context) error { return e.cl.Store.SweepFlowBuckets(ctx, e.now()) }); err != nil {
 			e.choreFailed("sweep flow buckets", err)
