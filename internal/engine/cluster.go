@@ -902,7 +902,21 @@ func (e *Engine) handBackUnknown() {
 	e.claims.unknown = suspects
 	e.mu.Unlock()
 	for _, k := range handBack {
-		_ = e.call(func(ctx context.Context) error { return e.cl.Store.UnclaimActivity(ctx, e.cl.Self, k.ns, k.id) })
+		var rec store.Activity
+		err := e.call(func(ctx context.Context) (err error) {
+			if err := e.cl.Store.UnclaimActivity(ctx, e.cl.Self, k.ns, k.id); err != nil {
+				return err
+			}
+			rec, err = e.st.GetActivity(ctx, k.ns, k.id)
+			return err
+		})
+		if err != nil {
+			continue // waiting or still owned: a poll or the next look finds it
+		}
+		// Its notice reached the other servers only: mark it here too.
+		e.mu.Lock()
+		e.localWorkLocked(tripleOf(&rec))
+		e.mu.Unlock()
 	}
 }
 
