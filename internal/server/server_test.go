@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -92,9 +93,11 @@ func (b *bundle) connect(t *testing.T, reg *aionv1.Register) (*rawWorker, error)
 	}
 	w := &rawWorker{t: t, stream: stream, cancel: cancel}
 	t.Cleanup(cancel)
-	if err := stream.Send(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Register{Register: reg}}); err != nil {
+	if err := stream.Send(&aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Register{Register: reg}}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
+	// A send the server's end of the stream beat reports io.EOF; the status
+	// it ended with comes from the receive.
 	m, err := stream.Recv()
 	if err != nil {
 		return nil, err
