@@ -306,3 +306,31 @@ func TestOwnedWorkTheServerDoesNotHoldIsHandedBack(t *testing.T) {
 		return
 	}
 }
+
+// Whether a server may count a triple's waiting work depends on its
+// namespace's placement (a prefer{nodes} namespace's work waits out a
+// grace on other servers): a placement change drops the tally, so new work
+// waits for a claim again until one has seen the end of what waits.
+func TestPlacementChangeDropsTheTally(t *testing.T) {
+	t.Parallel()
+	b, _ := setupCluster(t, pgtest.Fresh(t, 0), "server-placed")
+	b.join(1)
+	tr := registry.NewTriple("ns", "", "t")
+	counted := func() bool {
+		b.eng.mu.Lock()
+		defer b.eng.mu.Unlock()
+		_, ok := b.eng.claims.tallies[tr]
+		return ok
+	}
+	deadline := time.Now().Add(patience)
+	for !counted() {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim for the new worker never started a tally")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.eng.NoteNamespace(store.Namespace{Name: "ns", Placement: store.Placement{Mode: store.Prefer, Nodes: []string{"gpu"}}})
+	if counted() {
+		t.Fatal("a placement change kept the namespace's tally")
+	}
+}

@@ -513,6 +513,11 @@ func (e *Engine) NoteNamespace(ns store.Namespace) {
 	if had && old.String() == ns.Placement.Normalize().String() {
 		return
 	}
+	for t := range e.claims.tallies {
+		if t.Pool.Namespace == ns.Name {
+			delete(e.claims.tallies, t) // whether it may count depends on the placement
+		}
+	}
 	for t, p := range e.queues {
 		if t.Pool.Namespace != ns.Name {
 			continue
