@@ -73,7 +73,9 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				}
 			}},
 		{kind: attack.PendingMemory, want: []string{"schedule: ", "list: "}},
-		{kind: attack.ConnectedWorkers, want: []string{"register: OK"},
+		// The workers runs are longer: every worker must register within
+		// the run, which takes seconds on a loaded machine.
+		{kind: attack.ConnectedWorkers, edit: func(o *attack.Options) { o.Duration = 6 * time.Second }, want: []string{"register: OK"},
 			check: func(t *testing.T, r attack.Report) {
 				w := r.Workers
 				if w == nil {
@@ -98,7 +100,7 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 					}
 				}
 			}},
-		{kind: attack.ConnectedWorkers, name: "workers sharing connections", edit: func(o *attack.Options) { o.Connections = 5 },
+		{kind: attack.ConnectedWorkers, name: "workers sharing connections", edit: func(o *attack.Options) { o.Connections, o.Duration = 5, 6*time.Second },
 			want: []string{"register: OK"},
 			check: func(t *testing.T, r attack.Report) {
 				w := r.Workers
