@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,13 +88,7 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 		tl, ok := b.eng.claims.tallies[tr]
 		return (ok && tl.waiting == 0 && !tl.probing) || b.eng.claims.empty[tr][""]
 	}
-	deadline := time.Now().Add(patience)
-	for !drained() {
-		if time.Now().After(deadline) {
-			t.Fatal("the claim for the new worker never found the end of the ready work")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the claim for the new worker to find the end of the ready work", drained)
 	before := claims.rounds.Load()
 	b.schedule(request("first", store.Timeouts{}, store.RetryPolicy{}))
 	if task := fw.task(); task.ActivityID != "first" || task.Attempt != 1 {
@@ -119,12 +114,7 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 		fw.complete(want, 1, "1")
 	}
 	b.wait("third")
-	for !drained() {
-		if time.Now().After(deadline) {
-			t.Fatal("the claims never took all of this server's waiting work")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the claims to take all of this server's waiting work", drained)
 	before = claims.rounds.Load()
 	b.schedule(request("fourth", store.Timeouts{}, store.RetryPolicy{}))
 	if task := fw.task(); task.ActivityID != "fourth" {
@@ -289,12 +279,7 @@ func TestOwnedWorkTheServerDoesNotHoldIsHandedBack(t *testing.T) {
 	for poll := int64(1); ; poll++ {
 		// One poll at a time: the next tick only once this one's sweep ran.
 		b.advance(time.Second)
-		for calls.polls.Load() < poll {
-			if ctx.Err() != nil {
-				t.Fatalf("poll %d did not run", poll)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitUntil(t, fmt.Sprintf("poll %d to run", poll), func() bool { return calls.polls.Load() >= poll })
 		if calls.looks.Load() < 2 {
 			idle(t, fw.conn.tasks, "task before a second look")
 			continue
@@ -322,15 +307,22 @@ func TestPlacementChangeDropsTheTally(t *testing.T) {
 		_, ok := b.eng.claims.tallies[tr]
 		return ok
 	}
-	deadline := time.Now().Add(patience)
-	for !counted() {
-		if time.Now().After(deadline) {
-			t.Fatal("the claim for the new worker never started a tally")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the claim for the new worker to start a tally", counted)
 	b.eng.NoteNamespace(store.Namespace{Name: "ns", Placement: store.Placement{Mode: store.Prefer, Nodes: []string{"gpu"}}})
 	if counted() {
 		t.Fatal("a placement change kept the namespace's tally")
+	}
+}
+
+// waitUntil waits, for patience at most, until cond holds: a state the
+// engine's own goroutines reach, checked every millisecond.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", patience, what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
