@@ -90,7 +90,7 @@ func startServer(t *testing.T, opts ...func(*server.Config)) *server.Server {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := server.New(context.Background(), cfg, servertest.Logger())
+	srv, err := server.New(context.Background(), cfg, servertest.TestLogger(t))
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

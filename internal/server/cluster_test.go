@@ -13,7 +13,9 @@ import (
 	"github.com/aion-run/aion/internal/store"
 )
 
-// cluster starts one server per name on one fresh PostgreSQL database.
+// cluster starts one server per name on one fresh PostgreSQL database. The
+// servers keep the default lease: no test here waits one out, and a short
+// one could run out on a loaded machine, ending a server mid-test.
 func cluster(t *testing.T, names ...string) map[string]*bundle {
 	t.Helper()
 	return clusterOn(t, freshPostgres(t), names...)
@@ -24,7 +26,7 @@ func clusterOn(t *testing.T, dsn string, names ...string) map[string]*bundle {
 	out := map[string]*bundle{}
 	for _, n := range names {
 		out[n] = setup(t, func(c *server.Config) {
-			c.Store, c.ServerName, c.Lease, c.DrainTimeout = dsn, n, 2*time.Second, 200*time.Millisecond
+			c.Store, c.ServerName, c.DrainTimeout = dsn, n, 200*time.Millisecond
 		})
 	}
 	return out

@@ -40,7 +40,7 @@ func setup(t *testing.T, opts ...setupOpt) *bundle {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := startServer(context.Background(), cfg, servertest.Logger())
+	srv, err := startServer(context.Background(), cfg, servertest.TestLogger(t))
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

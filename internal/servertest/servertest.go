@@ -291,6 +291,45 @@ func (l *LogBuffer) String() string {
 	return l.b.String()
 }
 
+// TestLogger logs as Logger does when AION_TEST_LOG is set; otherwise it
+// keeps the last records at info level and above and prints them with the
+// test's output when the test fails, so a failure that shows only in CI
+// comes with what the server said before it.
+func TestLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("AION_TEST_LOG") != "" {
+		return Logger()
+	}
+	r := &logRing{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Logf("the last %d server log records:\n%s", len(r.lines), bytes.Join(r.lines, nil))
+		}
+	})
+	return slog.New(slog.NewTextHandler(r, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// logRingSize is how many records TestLogger keeps.
+const logRingSize = 200
+
+// logRing keeps the last logRingSize records written to it; a slog text
+// handler writes each record with one Write.
+type logRing struct {
+	mu    sync.Mutex
+	lines [][]byte
+}
+
+func (r *logRing) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lines) == logRingSize {
+		r.lines = r.lines[1:]
+	}
+	r.lines = append(r.lines, bytes.Clone(p))
+	return len(p), nil
+}
+
 // Logger discards logs unless AION_TEST_LOG is set, then logs at debug
 // level to stderr.
 func Logger() *slog.Logger {

@@ -24,8 +24,7 @@ var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, acti
 // leave it, but only while that server is a live member: the key-share lock
 // on its row makes a reap or a leave (which lock it for update) wait for
 // the insert's commit and then hand the activity back, or the insert, once
-// the server is gone, insert nothing. Unlike claimSQL's share lock it does
-// not hold up the server's lease renewals. Its parameters $1..$19 are
+// the server is gone, insert nothing. Its parameters $1..$19 are
 // insertActivitySQL's less state, attempt, result, failure, heartbeat,
 // started_at and closed_at (those of a new activity), renumbered.
 var insertStartedSQL = `WITH member AS (

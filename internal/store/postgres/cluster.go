@@ -409,11 +409,13 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 // claim that found less than it asked for has seen the end of the ready
 // work (no second look needed for rows that were only locked).
 //
-// The claim holds a share lock on the claimer's live membership row, so it
-// either commits before a reap of that server (which then hands the work
-// back) or, once the server was reaped, claims nothing.
+// The claim holds a key-share lock on the claimer's live membership row,
+// so it either commits before a reap of that server (which then hands the
+// work back) or, once the server was reaped, claims nothing. A key-share
+// lock does not conflict with the lease renewal's update, so claims and
+// renewals never wait for each other.
 const claimSQL = `WITH RECURSIVE member AS (
-		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR SHARE
+		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR KEY SHARE
 	), keys AS (
 		(SELECT priority, fairness_key, seq, fairness_weight FROM activities
 			WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5

@@ -25,7 +25,7 @@ const limitedScanBatch = 32
 // claimLimited claims for one claim whose activity type has a flow limit,
 // in one transaction:
 //
-//  1. a share lock on the claimer's live membership row, as claimSQL takes;
+//  1. a key-share lock on the claimer's live membership row, as claimSQL takes;
 //  2. an advisory lock on the (namespace, type), so claims of the type from
 //     every server run one at a time: two servers cannot both take the last
 //     slot of a key or the last token of a bucket;
@@ -48,7 +48,7 @@ func (s *Store) claimLimited(ctx context.Context, owner store.ServerID, now time
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = store.ClaimResult{}
 		var member int64
-		err := tx.QueryRow(ctx, `SELECT id FROM servers WHERE id = $1 AND lease_until >= `+dbNow+` FOR SHARE`, int64(owner)).Scan(&member)
+		err := tx.QueryRow(ctx, `SELECT id FROM servers WHERE id = $1 AND lease_until >= `+dbNow+` FOR KEY SHARE`, int64(owner)).Scan(&member)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // reaped: claims nothing
 		}

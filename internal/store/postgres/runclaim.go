@@ -32,10 +32,10 @@ import (
 // skipping those another claim holds, and fill takes other waiting runs
 // should concurrent claims have locked every candidate.
 //
-// Like claimSQL it holds a share lock on the claimer's live membership
+// Like claimSQL it holds a key-share lock on the claimer's live membership
 // row, so a server reaped meanwhile claims nothing.
 const claimRunsSQL = `WITH RECURSIVE member AS (
-		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR SHARE
+		SELECT id AS member_id FROM servers WHERE id = $1 AND lease_until >= ` + dbNow + ` FOR KEY SHARE
 	), keys AS (
 		(SELECT priority, fairness_key, seq, fairness_weight FROM runs
 			WHERE status = 'running' AND owner = 0 AND namespace = $2 AND task_queue = $3 AND workflow_type = $4
