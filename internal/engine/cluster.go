@@ -267,7 +267,7 @@ func (e *Engine) tallyLocked(t registry.Triple) bool {
 // other write of waiting work since. Otherwise the activity waits in the
 // store (nil).
 func (e *Engine) directWorkerLocked(a *activity, now time.Time) *registry.Worker {
-	if e.cl == nil || a.step != nil || a.rec.ReadyAt.After(now) {
+	if e.cl == nil || a.rec.ReadyAt.After(now) {
 		return nil
 	}
 	t := tripleOf(&a.rec)

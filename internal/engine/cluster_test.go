@@ -81,13 +81,7 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 	t.Parallel()
 	b, st, claims := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-direct")
 	fw := b.join(1)
-	tr := registry.NewTriple("ns", "", "t")
-	drained := func() bool {
-		b.eng.mu.Lock()
-		defer b.eng.mu.Unlock()
-		tl, ok := b.eng.claims.tallies[tr]
-		return (ok && tl.waiting == 0 && !tl.probing) || b.eng.claims.empty[tr][""]
-	}
+	drained := b.drained(registry.NewTriple("ns", "", "t"))
 	waitUntil(t, "the claim for the new worker to find the end of the ready work", drained)
 	before := claims.rounds.Load()
 	b.schedule(request("first", store.Timeouts{}, store.RetryPolicy{}))
@@ -123,6 +117,51 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 	if n := claims.rounds.Load() - before; n != 0 {
 		t.Fatalf("%d claims to start new work once nothing waits, want none", n)
 	}
+}
+
+// drained reports whether the engine knows that no ready work of t waits
+// in the store: its last claim found the end of it, or its tally counts
+// none of its own.
+func (b *bench) drained(t registry.Triple) func() bool {
+	return func() bool {
+		b.eng.mu.Lock()
+		defer b.eng.mu.Unlock()
+		tl, ok := b.eng.claims.tallies[t]
+		return (ok && tl.waiting == 0 && !tl.probing) || b.eng.claims.empty[t][""]
+	}
+}
+
+// A workflow step's activity starts as new work does: on a free slot of a
+// local worker, with its insert, owned by the server, with no claim; its
+// close still reaches the run through the run's inbox.
+func TestStepActivityStartsWithItsInsert(t *testing.T) {
+	t.Parallel()
+	b, st, claims := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-steps")
+	listenForWork(t, b, st)
+	fw := b.joinWorkflows("v1", 1, "order")
+	waitUntil(t, "the claim for the new worker to find the end of the ready work", b.drained(registry.NewTriple("ns", "", "t")))
+	b.startWF("wf", "order", `{}`)
+	task := fw.next()
+	before := claims.rounds.Load()
+	fw.mustAnswer(task, false, scheduleActivity(1, "t", `"x"`))
+	at := fw.activity()
+	if at.Attempt != 1 || at.Step != 1 {
+		t.Fatalf("step activity started as %s#%d (step %d), want attempt 1 of step 1", at.ActivityID, at.Attempt, at.Step)
+	}
+	if n := claims.rounds.Load() - before; n != 0 {
+		t.Fatalf("%d claims to start a step's activity on a free slot, want none", n)
+	}
+	if owner, err := st.GetActivityOwner(context.Background(), "ns", at.ActivityID); err != nil || owner != b.eng.cl.Self {
+		t.Fatalf("owner of the step's activity: %d, %v; want this server (%d)", owner, err, b.eng.cl.Self)
+	}
+	fw.completeActivity(at, `"done"`)
+	task = fw.next()
+	fw.mustAnswer(task, false, complete(`"ok"`))
+	if run := b.waitWF("wf"); run.Status != store.RunCompleted {
+		t.Fatalf("run closed %s, want completed", run.Status)
+	}
+	wantKinds(t, "history", b.history("wf"), "WorkflowStarted", "WorkflowTaskCompleted", "ActivityScheduled#1",
+		"ActivityClosed#1", "WorkflowTaskCompleted", "WorkflowClosed")
 }
 
 // The claim loop of cluster mode, on one database created once: the

@@ -369,7 +369,7 @@ func (e *Engine) restoreStepActivityLocked(r *wfRun, s *wfStep, now time.Time) {
 	}
 	a := &activity{rec: rec, creating: make(chan struct{}), size: len(req.Payload), step: r.stepRef(s.n)}
 	e.addOpenLocked(a)
-	e.insertStepActivityLocked(a)
+	e.insertStepActivityLocked(a, nil)
 }
 
 // restoreStepInStoreLocked is restoreStepActivityLocked in a cluster, where

@@ -577,7 +577,7 @@ func (e *Engine) startStepActivityLocked(r *wfRun, s *wfStep, req Request, now t
 	e.addOpenLocked(a)
 	// Inserted after the event that records the step: a crash between the
 	// two leaves the event, and recovery inserts the activity again.
-	r.extra = append(r.extra, func() { e.insertStepActivityLocked(a) })
+	r.extra = append(r.extra, func() { e.insertStepActivityLocked(a, e.directWorkerLocked(a, e.now())) })
 }
 
 // stepRecord is the record of a step's activity, scheduled and ready at
@@ -593,13 +593,32 @@ func (e *Engine) stepRecord(req Request, now time.Time) store.Activity {
 }
 
 // insertStepActivityLocked submits a step activity's insert and queues it
-// once durable. An id already in the store belongs to the same step run
-// before a crash: its outcome, when it closed, is the step's.
-func (e *Engine) insertStepActivityLocked(a *activity) {
+// once durable; with w (see directWorkerLocked) it is inserted running on
+// w, as new work is. An id already in the store belongs to the same step
+// run before a crash: its outcome, when it closed, is the step's.
+func (e *Engine) insertStepActivityLocked(a *activity, w *registry.Worker) {
 	k := a.key()
-	e.commit.Submit(store.InsertActivity{Activity: a.rec}, func(created bool, err error) {
+	write := store.InsertActivity{Activity: a.rec}
+	if w != nil {
+		e.claims.starting[k.ns]++
+		write.Start = &store.InsertStart{Owner: e.cl.Self, Worker: uint64(w.ID()), Node: w.Node(), At: e.now()}
+	}
+	e.commit.Submit(write, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		if w != nil {
+			e.claims.starting[k.ns]--
+			if err != nil || !created || e.closed || !e.reg.IsRegistered(w.ID()) {
+				e.reg.Release(w)
+				e.dispatchWorkerLocked(w)
+			}
+			if err == nil && !created && !e.closed {
+				// The id is in use, or this server's lease ran out: the
+				// insert without a start tells which.
+				e.insertStepActivityLocked(a, nil)
+				return
+			}
+		}
 		creating := a.creating
 		a.creating = nil
 		defer close(creating)
@@ -611,6 +630,16 @@ func (e *Engine) insertStepActivityLocked(a *activity) {
 		case !created:
 			e.dropOpenLocked(a)
 			e.adoptStepActivity(a)
+		case w != nil:
+			e.obs.Scheduled(k.ns)
+			if e.closed || !e.reg.IsRegistered(w.ID()) {
+				// The worker left while the insert committed: the
+				// activity waits in the store again.
+				e.dropOpenLocked(a)
+				e.handBack([]store.Activity{a.rec})
+				return
+			}
+			e.startInsertedLocked(a, w)
 		default:
 			e.obs.Scheduled(k.ns)
 			if t := a.rec.Timeouts.ScheduleToClose; t > 0 && e.cl == nil {
