@@ -176,8 +176,6 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 		for _, t := range e.reg.Triples() {
 			e.claims.dirty[t] = struct{}{}
 		}
-	}
-	if triples == nil {
 		e.markAllRunClaimsLocked()
 		e.checkAllHeldLocked()
 	}
@@ -185,12 +183,19 @@ func (e *Engine) NewWork(triples []registry.Triple) {
 		if e.runNoticeLocked([3]string{t.Pool.Namespace, t.Pool.TaskQueue, t.ActivityType}) {
 			continue
 		}
-		delete(e.claims.empty, t)
-		delete(e.claims.graced, t)
-		delete(e.claims.tallies, t)
-		e.claims.dirty[t] = struct{}{}
+		e.forgetWorkLocked(t)
 	}
 	e.claims.wake()
+}
+
+// forgetWorkLocked drops what this server knew of t's waiting work (that a
+// claim found its end, its tally) and marks t for a claim for every free
+// slot, which finds out again.
+func (e *Engine) forgetWorkLocked(t registry.Triple) {
+	delete(e.claims.empty, t)
+	delete(e.claims.graced, t)
+	delete(e.claims.tallies, t)
+	e.claims.dirty[t] = struct{}{}
 }
 
 // pollWork looks, once a poll, for work no notice announced (one lost with
@@ -204,12 +209,10 @@ func (e *Engine) pollWork() {
 	for _, t := range e.reg.Triples() {
 		if tl, ok := e.claims.tallies[t]; ok && !tl.probing && tl.waiting == 0 {
 			e.claims.probe[t] = true
+			e.claims.dirty[t] = struct{}{}
 		} else {
-			delete(e.claims.empty, t)
-			delete(e.claims.graced, t)
-			delete(e.claims.tallies, t)
+			e.forgetWorkLocked(t)
 		}
-		e.claims.dirty[t] = struct{}{}
 	}
 	e.markAllRunClaimsLocked()
 	e.checkAllHeldLocked()
@@ -314,10 +317,7 @@ func (e *Engine) startInsertedLocked(a *activity, w *registry.Worker) {
 // back work of t, as a notice would: the membership drops this server's
 // own notices of activity work, so every such write must mark it here.
 func (e *Engine) localWorkLocked(t registry.Triple) {
-	delete(e.claims.empty, t)
-	delete(e.claims.tallies, t)
-	delete(e.claims.graced, t)
-	e.claims.dirty[t] = struct{}{}
+	e.forgetWorkLocked(t)
 	e.claims.wake()
 }
 
