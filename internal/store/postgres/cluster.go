@@ -579,7 +579,7 @@ func (s *Store) ExpireWaitingActivities(ctx context.Context, r store.ExpireReque
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = out[:0]
 		rows, err := tx.Query(ctx, `SELECT `+store.ActivityColumns+` FROM activities
-			WHERE state = 'scheduled' AND wait_deadline <= $1
+			WHERE state = 'scheduled' AND wait_deadline <= $1 AND wait_deadline < `+noDeadline+`
 			ORDER BY wait_deadline LIMIT $2 FOR UPDATE SKIP LOCKED`, store.UnixNanos(now), limit)
 		if err != nil {
 			return err

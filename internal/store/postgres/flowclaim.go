@@ -273,7 +273,8 @@ func (s *Store) ReadFlowUsage(ctx context.Context, r store.FlowUsageRequest) (st
 	)
 	err := s.pool.QueryRow(ctx, `SELECT
 			CASE WHEN $3 = '' THEN 0 ELSE (SELECT count(*) FROM activities
-				WHERE namespace = $1 AND activity_type = $2 AND state = 'running' AND concurrency_key = $3) END,
+				WHERE namespace = $1 AND activity_type = $2 AND state = 'running' AND concurrency_key = $3
+					AND concurrency_key <> '') END,
 			b.tokens, b.at
 		FROM (SELECT 1) one LEFT JOIN flow_buckets b
 			ON b.namespace = $1 AND b.kind = 'activity' AND b.type = $2 AND b.key = $4`,

@@ -226,3 +226,81 @@ func TestEveryActivityColumnHasAStatisticsTarget(t *testing.T) {
 		t.Fatalf("a statistics target of %d on activities, want at most 10: an analyze samples 300 rows per unit of the largest", widest)
 	}
 }
+
+// Waiting work without a deadline has no entry in the index of waiting
+// deadlines, and running work without a concurrency key none in the index
+// of running work by key. Thousands of running activities without a key
+// leave that index at a page or two; the waiting ones without a deadline
+// would not show in size (they share one key, which a btree stores once),
+// so the index's predicate is read instead.
+func TestDeadlineAndKeyIndexesHoldOnlyWorkThatHasThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	self, err := s.JoinCluster(ctx, store.JoinRequest{Name: "a", Addr: "127.0.0.1:1", Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var writes []store.Write
+	for i := range 4000 {
+		a := store.Activity{Namespace: "ns", ID: fmt.Sprintf("a-%d", i), TaskQueue: "q", ActivityType: "t",
+			Fingerprint: "f", State: store.StateScheduled, ScheduledAt: now, ReadyAt: now}
+		w := store.InsertActivity{Activity: a}
+		switch {
+		case i < 2:
+			w.Activity.Timeouts.ScheduleToStart = time.Minute
+		case i < 2000:
+		case i < 2003:
+			w.Activity.Flow.ConcurrencyKey = "k"
+			fallthrough
+		default:
+			w.Start = &store.InsertStart{Owner: self.ID, Worker: uint64(i), At: now}
+		}
+		writes = append(writes, w)
+	}
+	if _, err := s.Apply(ctx, writes); err != nil {
+		t.Fatal(err)
+	}
+	const page = 8192
+	for _, tc := range []struct {
+		index    string
+		min, max int64
+	}{
+		{"activities_running_key", 0, 2 * page},
+		{"activities_claim", 4 * page, 1 << 30}, // every waiting activity, for contrast
+	} {
+		var n int64
+		if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, tc.index).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n < tc.min || n > tc.max {
+			t.Errorf("%s takes %d bytes, want between %d and %d", tc.index, n, tc.min, tc.max)
+		}
+	}
+	var pred string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index
+		WHERE indexrelid = 'activities_wait_deadline'::regclass`).Scan(&pred); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(pred, "wait_deadline < '"+noDeadline+"'") {
+		t.Errorf("activities_wait_deadline holds rows where %s, want only those with a deadline", pred)
+	}
+	// The sweep still finds the due deadlines of waiting work, and the
+	// count of a key's running work still counts it.
+	due, err := s.ExpireWaitingActivities(ctx, store.ExpireRequest{Now: now.Add(2 * time.Minute), Limit: 10,
+		Failure: func(store.Activity) *store.Failure {
+			return &store.Failure{Message: "waited too long", Type: "timeout"}
+		}})
+	if err != nil || len(due) != 2 {
+		t.Fatalf("expired %d waiting activities (%v), want the 2 with a deadline", len(due), err)
+	}
+	u, err := s.ReadFlowUsage(ctx, store.FlowUsageRequest{Namespace: "ns", ActivityType: "t", ConcurrencyKey: "k"})
+	if err != nil || u.Running != 3 {
+		t.Fatalf("running of key k: %d (%v), want 3", u.Running, err)
+	}
+}

@@ -458,7 +458,21 @@ var migrations = []string{
 	CREATE INDEX activities_by_state ON activities (state, namespace, seq)`,
 	closingAttemptMigration,
 	statisticsMigration,
+	sparseIndexMigration,
 }
+
+// sparseIndexMigration leaves out of the index of waiting deadlines the
+// waiting work that has none (no schedule-to-start or schedule-to-close
+// timeout), and out of the index of running work by concurrency key the
+// work that has no key: no query looks for either there, and each entry
+// is written with every row version in those states. That is two index
+// entries fewer for the common activity, of about eighteen in its life.
+const sparseIndexMigration = `DROP INDEX activities_wait_deadline;
+	CREATE INDEX activities_wait_deadline ON activities (wait_deadline)
+		WHERE state = 'scheduled' AND wait_deadline < ` + noDeadline + `;
+	DROP INDEX activities_running_key;
+	CREATE INDEX activities_running_key ON activities (namespace, activity_type, concurrency_key)
+		WHERE state = 'running' AND concurrency_key <> ''`
 
 // statisticsMigration keeps analyzing activities cheap. With the default
 // target every analyze (the store's own, and autovacuum's as the table
