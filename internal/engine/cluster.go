@@ -300,10 +300,40 @@ func (e *Engine) directWorkerLocked(a *activity, now time.Time) *registry.Worker
 	return w
 }
 
+// insertStartLocked is the start of a new activity of namespace ns to be
+// inserted running on w, whose slot directWorkerLocked took; the slot
+// counts as starting until settleStartLocked.
+func (e *Engine) insertStartLocked(ns string, w *registry.Worker) *store.InsertStart {
+	e.claims.starting[ns]++
+	return &store.InsertStart{Owner: e.cl.Self, Worker: uint64(w.ID()), Node: w.Node(), At: e.now()}
+}
+
+// settleStartLocked settles w's slot once a started insert in namespace ns
+// returned: the slot is freed unless the activity was inserted running and
+// w is still here to run it. It reports whether the activity must be
+// inserted again without a start: the store inserted nothing, because the
+// id is in use or this server's lease ran out, and the plain insert tells
+// which.
+func (e *Engine) settleStartLocked(ns string, w *registry.Worker, created bool, err error) (again bool) {
+	e.claims.starting[ns]--
+	if err != nil || !created || e.closed || !e.reg.IsRegistered(w.ID()) {
+		e.reg.Release(w)
+		e.dispatchWorkerLocked(w)
+	}
+	return err == nil && !created && !e.closed
+}
+
 // startInsertedLocked starts the first attempt of a, inserted running on
 // w (its slot taken by directWorkerLocked), as adoptLocked starts claimed
-// work.
+// work. If w left while the insert committed (or the engine closed), a
+// waits in the store again instead.
 func (e *Engine) startInsertedLocked(a *activity, w *registry.Worker) {
+	if e.closed || !e.reg.IsRegistered(w.ID()) {
+		e.dropOpenLocked(a)
+		a.wakeWaiters()
+		e.handBack([]store.Activity{a.rec})
+		return
+	}
 	if a.readyAt.IsZero() {
 		a.readyAt = a.rec.ReadyAt
 	}

@@ -167,22 +167,14 @@ func (e *Engine) insertLocked(s *slot, a *activity, counted bool, w *registry.Wo
 	}
 	write := store.InsertActivity{Activity: s.rec, Spilled: spill}
 	if w != nil {
-		e.claims.starting[k.ns]++
-		write.Start = &store.InsertStart{Owner: e.cl.Self, Worker: uint64(w.ID()), Node: w.Node(), At: e.now()}
+		write.Start = e.insertStartLocked(k.ns, w)
 	}
 	e.commit.Submit(write, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if w != nil {
-			e.claims.starting[k.ns]--
-			if err != nil || !created || e.closed || !e.reg.IsRegistered(w.ID()) {
-				e.reg.Release(w)
-				e.dispatchWorkerLocked(w)
-			}
-			if err == nil && !created && !e.closed {
-				e.insertLocked(s, a, counted, nil)
-				return
-			}
+		if w != nil && e.settleStartLocked(k.ns, w, created, err) {
+			e.insertLocked(s, a, counted, nil)
+			return
 		}
 		defer close(s.done)
 		if inWindow {
@@ -212,14 +204,6 @@ func (e *Engine) insertLocked(s *slot, a *activity, counted bool, w *registry.Wo
 		case w != nil:
 			s.res.Activity = a.rec
 			e.obs.Scheduled(k.ns)
-			if e.closed || !e.reg.IsRegistered(w.ID()) {
-				// The worker left while the insert committed: the
-				// activity waits in the store again.
-				e.dropOpenLocked(a)
-				a.wakeWaiters()
-				e.handBack([]store.Activity{a.rec})
-				return
-			}
 			e.startInsertedLocked(a, w)
 		default:
 			s.res.Activity = a.rec

@@ -600,24 +600,14 @@ func (e *Engine) insertStepActivityLocked(a *activity, w *registry.Worker) {
 	k := a.key()
 	write := store.InsertActivity{Activity: a.rec}
 	if w != nil {
-		e.claims.starting[k.ns]++
-		write.Start = &store.InsertStart{Owner: e.cl.Self, Worker: uint64(w.ID()), Node: w.Node(), At: e.now()}
+		write.Start = e.insertStartLocked(k.ns, w)
 	}
 	e.commit.Submit(write, func(created bool, err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if w != nil {
-			e.claims.starting[k.ns]--
-			if err != nil || !created || e.closed || !e.reg.IsRegistered(w.ID()) {
-				e.reg.Release(w)
-				e.dispatchWorkerLocked(w)
-			}
-			if err == nil && !created && !e.closed {
-				// The id is in use, or this server's lease ran out: the
-				// insert without a start tells which.
-				e.insertStepActivityLocked(a, nil)
-				return
-			}
+		if w != nil && e.settleStartLocked(k.ns, w, created, err) {
+			e.insertStepActivityLocked(a, nil)
+			return
 		}
 		creating := a.creating
 		a.creating = nil
@@ -632,13 +622,6 @@ func (e *Engine) insertStepActivityLocked(a *activity, w *registry.Worker) {
 			e.adoptStepActivity(a)
 		case w != nil:
 			e.obs.Scheduled(k.ns)
-			if e.closed || !e.reg.IsRegistered(w.ID()) {
-				// The worker left while the insert committed: the
-				// activity waits in the store again.
-				e.dropOpenLocked(a)
-				e.handBack([]store.Activity{a.rec})
-				return
-			}
 			e.startInsertedLocked(a, w)
 		default:
 			e.obs.Scheduled(k.ns)
