@@ -203,6 +203,11 @@ func TestConsoleSchedulesListShowAndPauseResumeTrigger(t *testing.T) {
 	click("the started activity", recent+` a[data-open-activity]`)
 	p.waitFor("the activity's page", textOf("#activity-detail h3")+fmt.Sprintf(`.includes(%s)`, jsString(actID)), 10*time.Second)
 	noMissingValues(t, p, "#schedules-panel")
+	// Back to the schedule: the activity's page, above it and redrawn as
+	// the activity's state changes, would move the schedule's buttons
+	// under a click.
+	click("close the activity", `[data-testid="detail-close"]`)
+	p.waitFor("the activity's page closed", `document.getElementById("activity-detail").hidden`, 5*time.Second)
 
 	// A refused call says so where the button is.
 	sendJSON(t, http.MethodDelete, base+"/api/v1/schedules/ops/hourly-sync", "")
