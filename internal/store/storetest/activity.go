@@ -99,6 +99,30 @@ func runActivity(t *testing.T, open Opener) {
 		}
 	})
 
+	t.Run("OneApplyInsertsInOrderAroundOtherWrites", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		apply(t, s, store.InsertActivity{Activity: newActivity("ns", "old")})
+		ins := func(id string) store.Write { return store.InsertActivity{Activity: newActivity("ns", id)} }
+		closed := time.Now().UTC().Truncate(time.Microsecond)
+		got := apply(t, s, ins("x1"), ins("old"), ins("x2"),
+			store.EndAttempt{Namespace: "ns", ID: "x2", State: store.StateCanceled, ClosedAt: closed},
+			ins("x3"), ins("x1"), ins("x4"))
+		if fmt.Sprint(got) != "[true false true true true false true]" {
+			t.Fatalf("changed = %v, want [true false true true true false true]: an id in the store or earlier in the writes inserts nothing", got)
+		}
+		var ids []string
+		for _, a := range list(t, s, store.ActivityFilter{Namespace: "ns"}) {
+			ids = append(ids, a.ID)
+		}
+		if fmt.Sprint(ids) != "[x4 x3 x2 x1 old]" {
+			t.Fatalf("listed newest first: %v, want [x4 x3 x2 x1 old]: activities are numbered in write order", ids)
+		}
+		if a := get(t, s, "ns", "x2"); a.State != store.StateCanceled {
+			t.Fatalf("x2 is %s after the end that followed its insert in one apply, want canceled", a.State)
+		}
+	})
+
 	t.Run("PriorityRoundTripsAndDefaultsToThree", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
