@@ -123,6 +123,45 @@ func runActivity(t *testing.T, open Opener) {
 		}
 	})
 
+	t.Run("OneApplyClosesSeveralEachOnce", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		apply(t, s, store.InsertActivity{Activity: newActivity("ns", "a")}, store.InsertActivity{Activity: newActivity("ns", "b")},
+			store.InsertActivity{Activity: newActivity("ns", "c")})
+		t0 := time.Now().UTC().Truncate(time.Microsecond)
+		closing := func(id string, st store.ActivityState, out store.AttemptOutcome, f *store.Failure, result string) store.Write {
+			at := &store.Attempt{Number: 1, WorkerID: 7, Node: "gpu", StartedAt: t0, EndedAt: t0.Add(time.Second), Outcome: out, Failure: f}
+			var r []byte
+			if result != "" {
+				r = []byte(result)
+			}
+			return store.EndAttempt{Namespace: "ns", ID: id, Attempt: at, StartedAt: t0, State: st, Result: r,
+				ActivityFailure: f, ClosedAt: t0.Add(time.Second)}
+		}
+		apply(t, s, closing("b", store.StateCompleted, store.OutcomeCompleted, nil, `"first"`))
+		boom := &store.Failure{Message: "boom", Type: "error"}
+		got := apply(t, s, closing("a", store.StateCompleted, store.OutcomeCompleted, nil, `"done"`),
+			closing("b", store.StateCompleted, store.OutcomeCompleted, nil, `"again"`),
+			closing("c", store.StateFailed, store.OutcomeFailed, boom, ""))
+		if fmt.Sprint(got) != "[true false true]" {
+			t.Fatalf("changed = %v, want [true false true]: a closed activity is not closed again", got)
+		}
+		if a := get(t, s, "ns", "a"); a.State != store.StateCompleted || string(a.Result) != `"done"` || a.Attempt != 1 {
+			t.Fatalf("a read back %s result %s attempt %d", a.State, a.Result, a.Attempt)
+		}
+		if b := get(t, s, "ns", "b"); string(b.Result) != `"first"` {
+			t.Fatalf("b's result %s, want the first close's", b.Result)
+		}
+		if c := get(t, s, "ns", "c"); c.State != store.StateFailed || c.Failure == nil || c.Failure.Message != "boom" {
+			t.Fatalf("c read back %s failure %+v", c.State, c.Failure)
+		}
+		ats := listAttempts(t, s, "ns", "c")
+		if len(ats) != 1 || ats[0].WorkerID != 7 || ats[0].Node != "gpu" || ats[0].Outcome != store.OutcomeFailed ||
+			ats[0].Failure == nil || ats[0].Failure.Message != "boom" || !ats[0].EndedAt.Equal(t0.Add(time.Second)) {
+			t.Fatalf("c's attempts: %+v", ats)
+		}
+	})
+
 	t.Run("PriorityRoundTripsAndDefaultsToThree", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
