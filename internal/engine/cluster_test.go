@@ -82,7 +82,7 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 	b, st, claims := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-direct")
 	fw := b.join(1)
 	drained := b.drained(registry.NewTriple("ns", "", "t"))
-	waitUntil(t, "the claim for the new worker to find the end of the ready work", drained)
+	pollUntil(t, "the claim for the new worker to find the end of the ready work", drained)
 	before := claims.rounds.Load()
 	b.schedule(request("first", store.Timeouts{}, store.RetryPolicy{}))
 	if task := fw.task(); task.ActivityID != "first" || task.Attempt != 1 {
@@ -108,7 +108,7 @@ func TestNewWorkStartsWithItsInsertUnlessWorkWaits(t *testing.T) {
 		fw.complete(want, 1, "1")
 	}
 	b.wait("third")
-	waitUntil(t, "the claims to take all of this server's waiting work", drained)
+	pollUntil(t, "the claims to take all of this server's waiting work", drained)
 	before = claims.rounds.Load()
 	b.schedule(request("fourth", store.Timeouts{}, store.RetryPolicy{}))
 	if task := fw.task(); task.ActivityID != "fourth" {
@@ -139,7 +139,7 @@ func TestStepActivityStartsWithItsInsert(t *testing.T) {
 	b, st, claims := setupCountedCluster(t, pgtest.Fresh(t, 0), "server-steps")
 	listenForWork(t, b, st)
 	fw := b.joinWorkflows("v1", 1, "order")
-	waitUntil(t, "the claim for the new worker to find the end of the ready work", b.drained(registry.NewTriple("ns", "", "t")))
+	pollUntil(t, "the claim for the new worker to find the end of the ready work", b.drained(registry.NewTriple("ns", "", "t")))
 	b.startWF("wf", "order", `{}`)
 	task := fw.next()
 	before := claims.rounds.Load()
@@ -318,7 +318,7 @@ func TestOwnedWorkTheServerDoesNotHoldIsHandedBack(t *testing.T) {
 	for poll := int64(1); ; poll++ {
 		// One poll at a time: the next tick only once this one's sweep ran.
 		b.advance(time.Second)
-		waitUntil(t, fmt.Sprintf("poll %d to run", poll), func() bool { return calls.polls.Load() >= poll })
+		pollUntil(t, fmt.Sprintf("poll %d to run", poll), func() bool { return calls.polls.Load() >= poll })
 		if calls.looks.Load() < 2 {
 			idle(t, fw.conn.tasks, "task before a second look")
 			continue
@@ -346,22 +346,9 @@ func TestPlacementChangeDropsTheTally(t *testing.T) {
 		_, ok := b.eng.claims.tallies[tr]
 		return ok
 	}
-	waitUntil(t, "the claim for the new worker to start a tally", counted)
+	pollUntil(t, "the claim for the new worker to start a tally", counted)
 	b.eng.NoteNamespace(store.Namespace{Name: "ns", Placement: store.Placement{Mode: store.Prefer, Nodes: []string{"gpu"}}})
 	if counted() {
 		t.Fatal("a placement change kept the namespace's tally")
-	}
-}
-
-// waitUntil waits, for patience at most, until cond holds: a state the
-// engine's own goroutines reach, checked every millisecond.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", patience, what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

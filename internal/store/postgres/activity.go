@@ -53,15 +53,19 @@ func newWaiting(w store.Write) bool {
 }
 
 // insertRuns gives, for each write that begins a run of at least two new
-// waiting activities (see newWaiting), the index just past that run.
+// waiting activities (see newWaiting), the index just past that run; nil
+// when there is none, as for a single write.
 func insertRuns(writes []store.Write) map[int]int {
-	runs := map[int]int{}
-	for i := 0; i < len(writes); {
+	var runs map[int]int
+	for i := 0; i < len(writes)-1; {
 		j := i
 		for j < len(writes) && newWaiting(writes[j]) {
 			j++
 		}
 		if j-i >= 2 {
+			if runs == nil {
+				runs = make(map[int]int)
+			}
 			runs[i] = j
 		}
 		i = max(j, i+1)
