@@ -19,94 +19,6 @@ var insertActivitySQL = `INSERT INTO activities (namespace, id, task_queue, acti
 		` + waitDeadline("$8::jsonb", "$15::bigint", "$17::bigint") + `, $19, $20, $21, $22, $23, $24, $25, $26)
 	ON CONFLICT (namespace, id) DO NOTHING`
 
-// insertActivitiesSQL inserts new waiting activities ($1..$19: one array
-// per column of insertStartedSQL's first nineteen parameters) in one
-// statement, in array order, and returns those it inserted: a batch of
-// schedules costs one statement instead of one each. An id already in the
-// store, or earlier in the arrays, inserts nothing, as insertActivitySQL.
-var insertActivitiesSQL = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, payload,
-	fingerprint, timeouts, retry, state, attempt, result, failure, heartbeat,
-	scheduled_at, started_at, ready_at, closed_at, wait_deadline, priority,
-	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate)
-	SELECT r.namespace, r.id, r.task_queue, r.activity_type, r.node, r.payload, r.fingerprint, r.timeouts::jsonb,
-		r.retry::jsonb, 'scheduled', 0, NULL, NULL, NULL, r.scheduled_at, 0, r.ready_at, 0,
-		` + waitDeadline("r.timeouts::jsonb", "r.scheduled_at", "r.ready_at") + `, r.priority,
-		r.fairness_key, r.fairness_weight, r.concurrency_key, r.schedule_id, r.schedule_time, r.traceparent, r.tracestate
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[],
-		$9::text[], $10::bigint[], $11::bigint[], $12::smallint[], $13::text[], $14::integer[], $15::text[],
-		$16::text[], $17::bigint[], $18::text[], $19::text[]) WITH ORDINALITY
-		AS r(namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry, scheduled_at,
-			ready_at, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time,
-			traceparent, tracestate, ord)
-	ORDER BY r.ord
-	ON CONFLICT (namespace, id) DO NOTHING
-	RETURNING namespace, id`
-
-// newWaiting reports whether w inserts a new waiting activity, which
-// insertActivitiesSQL can insert with others: not started, scheduled, with
-// no attempt, result, failure or heartbeat yet.
-func newWaiting(w store.Write) bool {
-	in, ok := w.(store.InsertActivity)
-	a := in.Activity
-	return ok && in.Start == nil && a.State == store.StateScheduled && a.Attempt == 0 && a.Result == nil &&
-		a.Failure == nil && a.HeartbeatDetails == nil && a.StartedAt.IsZero() && a.ClosedAt.IsZero()
-}
-
-// insertRuns gives, for each write that begins a run of at least two new
-// waiting activities (see newWaiting), the index just past that run; nil
-// when there is none, as for a single write.
-func insertRuns(writes []store.Write) map[int]int {
-	var runs map[int]int
-	for i := 0; i < len(writes)-1; {
-		j := i
-		for j < len(writes) && newWaiting(writes[j]) {
-			j++
-		}
-		if j-i >= 2 {
-			if runs == nil {
-				runs = make(map[int]int)
-			}
-			runs[i] = j
-		}
-		i = max(j, i+1)
-	}
-	return runs
-}
-
-// queueInsertActivities queues the insert of the new waiting activities of
-// writes (see newWaiting) as one statement.
-func queueInsertActivities(b *pgx.Batch, writes []store.Write) error {
-	n := len(writes)
-	var (
-		ns, id, tq, typ, node, fp, timeouts, retry = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		fkey, ckey, schedID, parent, traceState    = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		payload                                    = make([][]byte, n)
-		scheduled, ready, schedTime                = make([]int64, n), make([]int64, n), make([]int64, n)
-		priority                                   = make([]int16, n)
-		weight                                     = make([]int32, n)
-	)
-	for i, w := range writes {
-		a := w.(store.InsertActivity).Activity
-		t, err := json.Marshal(a.Timeouts)
-		if err != nil {
-			return fmt.Errorf("write %d: %w", i, err)
-		}
-		r, err := json.Marshal(a.Retry)
-		if err != nil {
-			return fmt.Errorf("write %d: %w", i, err)
-		}
-		ns[i], id[i], tq[i], typ[i], node[i], payload[i], fp[i], timeouts[i], retry[i] =
-			a.Namespace, a.ID, a.TaskQueue, a.ActivityType, a.Node, a.Payload, a.Fingerprint, string(t), string(r)
-		scheduled[i], ready[i] = store.UnixNanos(a.ScheduledAt), store.UnixNanos(a.ReadyAt)
-		priority[i], fkey[i], weight[i] = int16(store.EffectivePriority(a.Priority)), a.Flow.FairnessKey, int32(store.EffectiveWeight(a.Flow.FairnessWeight))
-		ckey[i], schedID[i], schedTime[i] = a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time)
-		parent[i], traceState[i] = a.Trace.Parent, a.Trace.State
-	}
-	b.Queue(insertActivitiesSQL, ns, id, tq, typ, node, payload, fp, timeouts, retry, scheduled, ready,
-		priority, fkey, weight, ckey, schedID, schedTime, parent, traceState)
-	return nil
-}
-
 // insertStartedSQL inserts a new activity running its first attempt on
 // worker $21 (node label $22) of server $20 from $23, as claimSQL would
 // leave it, but only while that server is a live member: the key-share lock
@@ -187,13 +99,13 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
 		}
 	}
-	runs := insertRuns(writes)
+	runs := stretches(writes)
 	for i := 0; i < len(writes); i++ {
-		if end, ok := runs[i]; ok {
-			if err := queueInsertActivities(b, writes[i:end]); err != nil {
+		if st, ok := runs[i]; ok {
+			if err := queueStretch(b, writes[i:st.end], st.closes); err != nil {
 				return nil, fmt.Errorf("apply %d writes: from write %d: %w", len(writes), i, dbErr(err))
 			}
-			i = end - 1
+			i = st.end - 1
 			continue
 		}
 		switch w := writes[i].(type) {
@@ -263,14 +175,16 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	err := func() error {
 		br := s.pool.SendBatch(ctx, b)
 		for i := 0; i < len(writes); i++ {
-			if end, ok := runs[i]; ok {
-				n, err := readInserted(br, writes[i:end], changed[i:end])
+			if st, ok := runs[i]; ok {
+				n, err := readStretch(br, writes[i:st.end], changed[i:st.end])
 				if err != nil {
 					br.Close()
-					return fmt.Errorf("writes %d to %d (inserts): %w", i, end-1, dbErr(err))
+					return fmt.Errorf("writes %d to %d: %w", i, st.end-1, dbErr(err))
 				}
-				inserted += n
-				i = end - 1
+				if !st.closes {
+					inserted += n
+				}
+				i = st.end - 1
 				continue
 			}
 			w := writes[i]
@@ -308,40 +222,6 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	}
 	s.insertedActivities(inserted)
 	return changed, nil
-}
-
-// readInserted reads what insertActivitiesSQL inserted of writes, marks
-// those in changed (the first write of an id, when an id comes twice) and
-// counts them.
-func readInserted(br pgx.BatchResults, writes []store.Write, changed []bool) (int, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return 0, err
-	}
-	made := map[[2]string]bool{}
-	for rows.Next() {
-		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		made[k] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for i, w := range writes {
-		a := w.(store.InsertActivity).Activity
-		k := [2]string{a.Namespace, a.ID}
-		if made[k] {
-			changed[i] = true
-			delete(made, k)
-			n++
-		}
-	}
-	return n, nil
 }
 
 // GetActivity implements store.ActivityStore.

@@ -396,9 +396,12 @@ func (s *Store) release(ctx context.Context, tx pgx.Tx, m store.ServerRecord, lo
 // heads keeps the $8 keys whose first activity ranks best (no other key
 // can place an activity in the claim), and each of those reads at most
 // about 2·$8·weight/weights of its oldest ready rows from
-// activities_claim_fair. The row-wise bounds and ORDER BY on the index's
-// own columns keep the planner on that index: no other index gives the
-// order (checked with activities_claim beside it).
+// activities_claim_fair. The key's read names the key by equality as well
+// as by the row-wise bound on the index's columns: the planner then counts
+// only the key's rows as the index range it reads, and so stays on that
+// index. Without the equalities it counted the whole triple, and on
+// statistics from a smaller backlog it read all the priority's waiting work
+// through activities_claim and sorted it.
 //
 // Candidates are read without locks; fair locks them in rank order,
 // skipping those another claim holds. Should concurrent claims have locked
@@ -446,8 +449,8 @@ const claimSQL = `WITH RECURSIVE member AS (
 		FROM heads h CROSS JOIN LATERAL (
 			SELECT seq, ` + strideSQL + ` AS stride FROM activities
 			WHERE state = 'scheduled' AND namespace = $3 AND task_queue = $4 AND activity_type = $5
+				AND priority = h.priority AND fairness_key = h.fairness_key
 				AND (priority, fairness_key, seq) >= (h.priority, h.fairness_key, h.seq)
-				AND (priority, fairness_key) <= (h.priority, h.fairness_key)
 				AND ready_at <= $6 AND (node = '' OR node = $7) AND cancel_reason IS NULL
 			ORDER BY priority, fairness_key, seq
 			LIMIT least($8::bigint, 1 + ceil(2.0 * $8::bigint * greatest(h.fairness_weight, 1) / h.weights)::bigint)) w

@@ -70,6 +70,10 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 		t.Fatalf("prepare: %v", err)
 	}
 	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE claim_plan`) }()
+	if _, err := conn.Exec(ctx, `PREPARE close_plan AS `+closeActivitiesSQL); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE close_plan`) }()
 	plan := func() string { return explainExecute(ctx, t, conn, "claim_plan", 10) }
 	t.Logf("on 20 rows:\n%s", plan())
 
@@ -88,6 +92,10 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	}
 	if p := plan(); strings.Contains(p, "Seq Scan on activities") {
 		t.Errorf("the claim's generic plan on the analyzed table reads the whole table:\n%s", p)
+	}
+	if p := explainExecute(ctx, t, conn, "close_plan", 17); strings.Contains(p, "Seq Scan on activities") ||
+		!strings.Contains(p, "activities_namespace_id_key") {
+		t.Errorf("the generic plan of closes together on the analyzed table does not find each row by its key:\n%s", p)
 	}
 }
 
@@ -302,5 +310,69 @@ func TestDeadlineAndKeyIndexesHoldOnlyWorkThatHasThem(t *testing.T) {
 	u, err := s.ReadFlowUsage(ctx, store.FlowUsageRequest{Namespace: "ns", ActivityType: "t", ConcurrencyKey: "k"})
 	if err != nil || u.Running != 3 {
 		t.Fatalf("running of key k: %d (%v), want 3", u.Running, err)
+	}
+}
+
+// A claim reads no more of a fairness key's waiting work than it can take,
+// also while the table's statistics were taken when its backlog was a
+// fraction of what it is: the store analyzes the table at tenfold growth
+// and autovacuum may be off. With such statistics the planner once read a
+// key's work through the index of the whole pool in age order (all of the
+// priority's waiting work) and sorted it: every claim cost a read of the
+// backlog, and a growing backlog slowed claims, which grew the backlog.
+func TestAClaimReadsAKeysOldestWorkOnlyOnStaleStatistics(t *testing.T) {
+	t.Parallel()
+	const (
+		activities = `INSERT INTO activities (namespace, id, task_queue, activity_type, node, fingerprint, timeouts,
+				retry, state, attempt, scheduled_at, started_at, ready_at, closed_at, owner)
+			SELECT 'ns', $1 || g, 'q', 't', '', 'f', '{}', '{}', $2, 0, 1, 0, 1, 0, $3 FROM generate_series(1, $4::integer) g`
+		runs = `INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, task_queue, build_id, status,
+				fingerprint, parent_workflow_id, parent_run_id, parent_step, next_run_id, history_length, started_at,
+				closed_at, task_failure, owner)
+			SELECT 'ns', $1 || g, $1 || g, 't', 'q', '', $2, 'f', '', '', 0, '', 0, 1, 0, '', $3
+			FROM generate_series(1, $4::integer) g`
+	)
+	for _, tc := range []struct {
+		name, table, fill, claim, closed, wide string
+		args                                   int
+	}{
+		{"activities", "activities", activities, claimSQL, "completed", "activities_claim", 10},
+		{"runs", "runs", runs, claimRunsSQL, "completed", "runs_unowned", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, err := Open(ctx, pgtest.Fresh(t, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			fill := func(prefix, state string, owner, n int) {
+				t.Helper()
+				if _, err := s.pool.Exec(ctx, tc.fill, prefix, state, owner, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waiting := "scheduled"
+			if tc.table == "runs" {
+				waiting = "running" // a run waits for a holder while it has no owner
+			}
+			fill("waiting-", waiting, 0, 11000)
+			fill("held-", "running", 1, 500)
+			fill("done-", tc.closed, 0, 22000)
+			if _, err := s.pool.Exec(ctx, `ANALYZE `+tc.table); err != nil {
+				t.Fatal(err)
+			}
+			fill("later-", waiting, 0, 50000)
+			conn, done := genericPlanConn(ctx, t, s)
+			defer done()
+			if _, err := conn.Exec(ctx, `PREPARE stale_claim AS `+tc.claim); err != nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE stale_claim`) }()
+			if p := explainExecute(ctx, t, conn, "stale_claim", tc.args); strings.Contains(p, "Index Scan using "+tc.wide+" on") {
+				t.Errorf("the claim reads a key's work through %s, every waiting row of the priority:\n%s", tc.wide, p)
+			}
+		})
 	}
 }

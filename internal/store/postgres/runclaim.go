@@ -27,7 +27,8 @@ import (
 // The cost follows the keys waiting, not the backlog: keys finds the first
 // waiting run of each (priority, key) by a skip scan of runs_claim_fair,
 // one probe per key; heads keeps the $5 keys whose first run ranks best,
-// and each reads at most about 2·$5·weight/weights of its oldest runs.
+// and each reads at most about 2·$5·weight/weights of its oldest runs,
+// named by equality as well as by the row-wise bound (see claimSQL).
 // Candidates are read without locks; fair locks them in rank order,
 // skipping those another claim holds, and fill takes other waiting runs
 // should concurrent claims have locked every candidate.
@@ -59,8 +60,8 @@ const claimRunsSQL = `WITH RECURSIVE member AS (
 		FROM heads h CROSS JOIN LATERAL (
 			SELECT seq, ` + strideSQL + ` AS stride FROM runs
 			WHERE status = 'running' AND owner = 0 AND namespace = $2 AND task_queue = $3 AND workflow_type = $4
+				AND priority = h.priority AND fairness_key = h.fairness_key
 				AND (priority, fairness_key, seq) >= (h.priority, h.fairness_key, h.seq)
-				AND (priority, fairness_key) <= (h.priority, h.fairness_key)
 			ORDER BY priority, fairness_key, seq
 			LIMIT least($5::bigint, 1 + ceil(2.0 * $5::bigint * greatest(h.fairness_weight, 1) / h.weights)::bigint)) w
 	), fair AS (

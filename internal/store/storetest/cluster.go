@@ -399,25 +399,34 @@ func testClaimRecordsOwnerAndWorker(t *testing.T, c *clusterCase) {
 func testOwnedWrites(t *testing.T, c *clusterCase) {
 	owner := c.join("owner", time.Minute)
 	other := c.join("other", time.Minute)
-	c.schedule(1, "t", "")
-	got := c.claim(owner, time.Now(), claimOf("t", "", 1))
-	if len(got[0]) != 1 {
+	c.schedule(3, "t", "")
+	got := c.claim(owner, time.Now(), claimOf("t", "", 1, 2, 3))
+	if len(got[0]) != 3 {
 		t.Fatalf("claimed %v", activityIDs(got[0]))
 	}
-	a := got[0][0]
-	end := func(by store.ServerID) bool {
-		return c.apply(store.EndAttempt{Namespace: "ns", ID: a.ID, Owner: by,
-			State: store.StateCompleted, ClosedAt: time.Now(),
-			Attempt: &store.Attempt{Number: 1, StartedAt: time.Now(), EndedAt: time.Now(), Outcome: store.OutcomeCompleted}})[0]
+	a, b, d := got[0][0], got[0][1], got[0][2]
+	end := func(id string, by store.ServerID) store.Write {
+		return store.EndAttempt{Namespace: "ns", ID: id, Owner: by, State: store.StateCompleted, ClosedAt: time.Now(),
+			Attempt: &store.Attempt{Number: 1, StartedAt: time.Now(), EndedAt: time.Now(), Outcome: store.OutcomeCompleted}}
 	}
-	if end(other) {
+	if c.apply(end(a.ID, other))[0] {
 		t.Fatal("a server that does not own the activity ended it")
 	}
-	if !end(owner) {
+	if !c.apply(end(a.ID, owner))[0] {
 		t.Fatal("the owner could not end its activity")
 	}
 	if got := c.get(a.ID); got.State != store.StateCompleted {
 		t.Fatalf("after the owner ended it: %s", got.State)
+	}
+	// Ends written together are each held to their own owner, and an
+	// activity ended twice in one write is ended once.
+	if got := fmt.Sprint(c.apply(end(b.ID, other), end(d.ID, owner), end(d.ID, owner), end(b.ID, owner))); got != "[false true false true]" {
+		t.Fatalf("ends together changed %s, want [false true false true]", got)
+	}
+	for _, id := range []string{b.ID, d.ID} {
+		if got := c.get(id); got.State != store.StateCompleted || got.Attempt != 1 {
+			t.Fatalf("%s after its ends: %s, attempt %d", id, got.State, got.Attempt)
+		}
 	}
 	if owned, err := c.s.ListOwnedActivities(c.ctx, owner); err != nil || len(owned) != 0 {
 		t.Fatalf("owned after the end: %+v, %v", owned, err)
