@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/aion-run/aion/internal/store"
 	"github.com/jackc/pgx/v5"
@@ -106,7 +107,8 @@ func readStretch(br pgx.BatchResults, writes []store.Write, changed []bool) (int
 }
 
 // insertActivitiesSQL inserts new waiting activities ($1..$19: one array
-// per column of insertStartedSQL's first nineteen parameters) in one
+// per column of insertStartedSQL's first nineteen parameters; $20 their
+// wait deadlines, see waitDeadlineOf) in one
 // statement, in array order, and returns those it inserted: a batch of
 // schedules costs one statement instead of one each. An id already in the
 // store, or earlier in the arrays, inserts nothing, as insertActivitySQL.
@@ -116,14 +118,14 @@ var insertActivitiesSQL = `INSERT INTO activities (namespace, id, task_queue, ac
 	fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time, traceparent, tracestate)
 	SELECT r.namespace, r.id, r.task_queue, r.activity_type, r.node, r.payload, r.fingerprint, r.timeouts::jsonb,
 		r.retry::jsonb, 'scheduled', 0, NULL, NULL, NULL, r.scheduled_at, 0, r.ready_at, 0,
-		` + waitDeadline("r.timeouts::jsonb", "r.scheduled_at", "r.ready_at") + `, r.priority,
+		r.wait_deadline, r.priority,
 		r.fairness_key, r.fairness_weight, r.concurrency_key, r.schedule_id, r.schedule_time, r.traceparent, r.tracestate
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[],
 		$9::text[], $10::bigint[], $11::bigint[], $12::smallint[], $13::text[], $14::integer[], $15::text[],
-		$16::text[], $17::bigint[], $18::text[], $19::text[]) WITH ORDINALITY
+		$16::text[], $17::bigint[], $18::text[], $19::text[], $20::bigint[]) WITH ORDINALITY
 		AS r(namespace, id, task_queue, activity_type, node, payload, fingerprint, timeouts, retry, scheduled_at,
 			ready_at, priority, fairness_key, fairness_weight, concurrency_key, schedule_id, schedule_time,
-			traceparent, tracestate, ord)
+			traceparent, tracestate, wait_deadline, ord)
 	ORDER BY r.ord
 	ON CONFLICT (namespace, id) DO NOTHING
 	RETURNING namespace, id`
@@ -146,7 +148,7 @@ func queueInsertActivities(b *pgx.Batch, writes []store.Write) error {
 		ns, id, tq, typ, node, fp, timeouts, retry = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		fkey, ckey, schedID, parent, traceState    = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payload                                    = make([][]byte, n)
-		scheduled, ready, schedTime                = make([]int64, n), make([]int64, n), make([]int64, n)
+		scheduled, ready, schedTime, deadline      = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		priority                                   = make([]int16, n)
 		weight                                     = make([]int32, n)
 	)
@@ -166,9 +168,10 @@ func queueInsertActivities(b *pgx.Batch, writes []store.Write) error {
 		priority[i], fkey[i], weight[i] = int16(store.EffectivePriority(a.Priority)), a.Flow.FairnessKey, int32(store.EffectiveWeight(a.Flow.FairnessWeight))
 		ckey[i], schedID[i], schedTime[i] = a.Flow.ConcurrencyKey, a.Origin.ScheduleID, store.UnixNanos(a.Origin.Time)
 		parent[i], traceState[i] = a.Trace.Parent, a.Trace.State
+		deadline[i] = waitDeadlineOf(a)
 	}
 	b.Queue(insertActivitiesSQL, ns, id, tq, typ, node, payload, fp, timeouts, retry, scheduled, ready,
-		priority, fkey, weight, ckey, schedID, schedTime, parent, traceState)
+		priority, fkey, weight, ckey, schedID, schedTime, parent, traceState, deadline)
 	return nil
 }
 
@@ -233,6 +236,20 @@ func queueCloseActivities(b *pgx.Batch, writes []store.Write) {
 	}
 	b.Queue(closeActivitiesSQL, ns, id, state, started, result, failure, heartbeat, ready, closed, owner,
 		number, worker, node, atStarted, atEnded, outcome, atFailure)
+}
+
+// waitDeadlineOf is the wait_deadline of the new waiting activity a, as
+// waitDeadline computes it in SQL: the statement of many inserts then parses
+// no JSON for it.
+func waitDeadlineOf(a store.Activity) int64 {
+	d := int64(math.MaxInt64)
+	if t := a.Timeouts.ScheduleToClose; t > 0 {
+		d = store.UnixNanos(a.ScheduledAt) + int64(t)
+	}
+	if t := a.Timeouts.ScheduleToStart; t > 0 {
+		d = min(d, store.UnixNanos(a.ReadyAt)+int64(t))
+	}
+	return d
 }
 
 // jsonText is an encoded JSON value as an element of a text array; nil
