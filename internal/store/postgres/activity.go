@@ -99,9 +99,9 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 			return nil, fmt.Errorf("apply %d writes: write %d: %w", len(writes), i, err)
 		}
 	}
-	runs := stretches(writes)
+	together := stretches(writes)
 	for i := 0; i < len(writes); i++ {
-		if st, ok := runs[i]; ok {
+		if st, ok := together[i]; ok {
 			if err := queueStretch(b, writes[i:st.end], st.closes); err != nil {
 				return nil, fmt.Errorf("apply %d writes: from write %d: %w", len(writes), i, dbErr(err))
 			}
@@ -168,14 +168,14 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		b.Queue(`SELECT pg_notify('`+channelWork+`', $1)`, work)
 	}
 	changed := make([]bool, len(writes))
-	inserted := 0 // activities new to the store, counted as their results are read
+	inserted, newRuns := 0, 0 // activities and runs new to the store, counted as their results are read
 	// A batch outside BEGIN runs as one implicit transaction ended by its
 	// single Sync: all or nothing, like BEGIN … COMMIT, but one round trip
 	// instead of three.
 	err := func() error {
 		br := s.pool.SendBatch(ctx, b)
 		for i := 0; i < len(writes); i++ {
-			if st, ok := runs[i]; ok {
+			if st, ok := together[i]; ok {
 				n, err := readStretch(br, writes[i:st.end], changed[i:st.end])
 				if err != nil {
 					br.Close()
@@ -200,6 +200,9 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 				var n int64
 				err = br.QueryRow().Scan(&n)
 				changed[i] = n > 0
+				if _, ok := w.(store.InsertRun); ok && changed[i] {
+					newRuns++
+				}
 				if e, ok := w.(store.EndAttempt); ok && err == nil && e.Post != nil {
 					_, err = br.Exec()
 				}
@@ -221,6 +224,7 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
 	}
 	s.insertedActivities(inserted)
+	s.insertedRuns(newRuns)
 	return changed, nil
 }
 

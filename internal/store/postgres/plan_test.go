@@ -376,3 +376,65 @@ func TestAClaimReadsAKeysOldestWorkOnlyOnStaleStatistics(t *testing.T) {
 		})
 	}
 }
+
+// The store analyzes the runs table too once it has grown, so the plans
+// its connections made on the new table, which read one run through an
+// index of the whole namespace's runs (every workflow task's write read
+// all the runs of its type), are replaced by plans that find the run by
+// its key or its workflow id.
+func TestRunLookUpsUseTheirKeysOnceTheTableHasGrown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	insert := func(from, to int) {
+		t.Helper()
+		var writes []store.Write
+		for i := from; i < to; i++ {
+			writes = append(writes, store.InsertRun{Run: store.Run{Namespace: "ns", RunID: fmt.Sprintf("run-%d", i),
+				WorkflowID: fmt.Sprintf("wf-%d", i), WorkflowType: "order", TaskQueue: "q", Fingerprint: "f",
+				Status: store.RunRunning, StartedAt: time.Now()}})
+		}
+		if _, err := s.Apply(ctx, writes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(0, 20)
+	conn, done := genericPlanConn(ctx, t, s)
+	defer done()
+	statements := []struct {
+		name, sql, key string
+		args           int
+	}{
+		{"append_events", appendEventsSQL, "runs_namespace_run_id_key", 20},
+		{"get_run", getRunSQL, "runs_namespace_run_id_key", 2},
+		{"latest_run", latestRunSQL, "runs_by_workflow", 2},
+	}
+	for _, st := range statements {
+		if _, err := conn.Exec(ctx, `PREPARE `+st.name+` AS `+st.sql); err != nil {
+			t.Fatalf("prepare %s: %v", st.name, err)
+		}
+		defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE `+st.name) }()
+		t.Logf("%s on 20 runs:\n%s", st.name, explainExecute(ctx, t, conn, st.name, st.args))
+	}
+	insert(20, analyzeFirst)
+	select {
+	case <-s.runStats.done:
+	case <-time.After(time.Minute):
+		t.Fatal("no analyze of runs within a minute")
+	}
+	for _, st := range statements {
+		p := explainExecute(ctx, t, conn, st.name, st.args)
+		if !strings.Contains(p, st.key) {
+			t.Errorf("%s: the generic plan on the analyzed table does not use %s:\n%s", st.name, st.key, p)
+		}
+		for _, wide := range []string{"runs_by_type", "runs_by_namespace", "runs_by_status"} {
+			if strings.Contains(p, wide) {
+				t.Errorf("%s: the generic plan on the analyzed table reads through %s:\n%s", st.name, wide, p)
+			}
+		}
+	}
+}

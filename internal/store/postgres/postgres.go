@@ -30,8 +30,9 @@ type Store struct {
 	pres *presence
 	// conns holds the backend process IDs of the pool's connections, so a
 	// notice this store sent is told from one another store sent.
-	conns *backends
-	stats planStats
+	conns    *backends
+	stats    planStats // of activities
+	runStats planStats // of runs
 }
 
 var _ store.Store = (*Store)(nil)
@@ -79,7 +80,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}, conns: conns}
-	s.stats.init()
+	s.stats.init("activities")
+	s.runStats.init("runs")
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
@@ -123,35 +125,36 @@ const defaultMaxConns = 16
 // over at once.
 func (s *Store) Close() error {
 	s.stats.close()
+	s.runStats.close()
 	s.pres.close()
 	s.pool.Close()
 	return nil
 }
 
-// analyzeFirst and analyzeLast bound the store's own analyzes of the
-// activities table: at analyzeFirst inserted activities, then each time
-// that count has grown tenfold, up to analyzeLast.
+// analyzeFirst and analyzeLast bound the store's own analyzes of a table
+// it inserts into fast: at analyzeFirst inserted rows, then each time that
+// count has grown tenfold, up to analyzeLast.
 const (
 	analyzeFirst = 1000
 	analyzeLast  = 1000000
 )
 
-// planStats keeps the activities table's planner statistics up with a
-// table that grows fast from empty. PostgreSQL plans a prepared statement
-// afresh for its first five runs on a connection, then keeps a generic plan
-// until the table's statistics change, and autovacuum first analyzes a
-// new table after its next pass (up to a minute later), then after every
+// planStats keeps one table's planner statistics up with a table that
+// grows fast from empty. PostgreSQL plans a prepared statement afresh for
+// its first five runs on a connection, then keeps a generic plan until the
+// table's statistics change, and autovacuum (when it is on) first analyzes
+// a new table after its next pass, up to a minute later, then after every
 // tenth of the table changed, at most once a pass. A plan made for a few
-// rows (a claim that updates its rows through a scan of the whole table)
-// or from statistics of a table a tenth the size (a claim planned for a
-// table of waiting work) is kept while the table grows past it. So the
-// store analyzes the table itself at analyzeFirst inserted activities and
-// at each tenfold of that, in the background; new statistics replace every
-// connection's plans. Past analyzeLast autovacuum keeps up.
+// rows (a claim that updates its rows through a scan of the whole table, a
+// look-up of one run through an index of the whole namespace) or from
+// statistics of a table a tenth the size is kept while the table grows
+// past it. So the store analyzes the table itself at analyzeFirst inserted
+// rows and at each tenfold of that, in the background; new statistics
+// replace every connection's plans. Past analyzeLast autovacuum keeps up.
 type planStats struct {
+	table    string
 	inserted atomic.Int64
-	// next is the count of inserted activities at which the next analyze
-	// runs.
+	// next is the count of inserted rows at which the next analyze runs.
 	next   atomic.Int64
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -165,7 +168,8 @@ type planStats struct {
 	analyzed func(at int64)
 }
 
-func (p *planStats) init() {
+func (p *planStats) init(table string) {
+	p.table = table
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.done = make(chan struct{})
 	p.next.Store(analyzeFirst)
@@ -173,8 +177,14 @@ func (p *planStats) init() {
 
 // insertedActivities notes n new activities; an analyze they make due runs
 // in the background, so no write waits for it.
-func (s *Store) insertedActivities(n int) {
-	p := &s.stats
+func (s *Store) insertedActivities(n int) { s.stats.note(s.pool, n) }
+
+// insertedRuns notes n new runs, as insertedActivities notes activities.
+func (s *Store) insertedRuns(n int) { s.runStats.note(s.pool, n) }
+
+// note notes n new rows of the table and runs an analyze they make due
+// in the background.
+func (p *planStats) note(pool *pgxpool.Pool, n int) {
 	total := p.inserted.Add(int64(n))
 	next := p.next.Load()
 	if n == 0 || next > analyzeLast || total < next || !p.next.CompareAndSwap(next, 10*next) {
@@ -191,7 +201,7 @@ func (s *Store) insertedActivities(n int) {
 		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
 		defer cancel()
 		// Best effort: should it fail, autovacuum analyzes the table later.
-		_, _ = s.pool.Exec(ctx, `ANALYZE activities`)
+		_, _ = pool.Exec(ctx, `ANALYZE `+p.table)
 		if next == analyzeFirst {
 			close(p.done)
 		}

@@ -131,10 +131,12 @@ func postColumns(evs []store.RunEvent) (ns, run []string, data [][]byte) {
 	return ns, run, data
 }
 
+// getRunSQL reads run $2 of namespace $1.
+const getRunSQL = `SELECT ` + store.RunColumns + ` FROM runs WHERE namespace = $1 AND run_id = $2`
+
 // GetRun implements store.WorkflowStore.
 func (s *Store) GetRun(ctx context.Context, namespace, runID string) (store.Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx,
-		`SELECT `+store.RunColumns+` FROM runs WHERE namespace = $1 AND run_id = $2`, namespace, runID))
+	r, err := scanRun(s.pool.QueryRow(ctx, getRunSQL, namespace, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Run{}, fmt.Errorf("get run %q in namespace %q: %w", runID, namespace, store.ErrNotFound)
 	}
@@ -144,13 +146,16 @@ func (s *Store) GetRun(ctx context.Context, namespace, runID string) (store.Run,
 	return r, nil
 }
 
-// LatestRun implements store.WorkflowStore. Both lookups are one index
-// probe: the open run through runs_open_workflow, else the highest seq
-// through runs_by_workflow.
-func (s *Store) LatestRun(ctx context.Context, namespace, workflowID string) (store.Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+store.RunColumns+` FROM runs WHERE seq = coalesce(
+// latestRunSQL reads the open run of workflow $2 of namespace $1, else its
+// newest. Both look-ups are one index probe: the open run through
+// runs_open_workflow, else the highest seq through runs_by_workflow.
+const latestRunSQL = `SELECT ` + store.RunColumns + ` FROM runs WHERE seq = coalesce(
 		(SELECT seq FROM runs WHERE namespace = $1 AND workflow_id = $2 AND status = 'running'),
-		(SELECT max(seq) FROM runs WHERE namespace = $1 AND workflow_id = $2))`, namespace, workflowID))
+		(SELECT max(seq) FROM runs WHERE namespace = $1 AND workflow_id = $2))`
+
+// LatestRun implements store.WorkflowStore.
+func (s *Store) LatestRun(ctx context.Context, namespace, workflowID string) (store.Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, latestRunSQL, namespace, workflowID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Run{}, fmt.Errorf("latest run of workflow %q in namespace %q: %w", workflowID, namespace, store.ErrNotFound)
 	}
