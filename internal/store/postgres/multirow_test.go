@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/store"
 )
 
@@ -15,12 +13,7 @@ import (
 // scheduled time and schedule-to-start from the ready time, or none.
 func TestInsertsTogetherKeepTheWaitDeadlineOfOneAlone(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 2)
 	scheduled := time.Unix(1_700_000_000, 123)
 	cases := []store.Timeouts{
 		{},

@@ -20,12 +20,7 @@ import (
 // namespace alone) would read the whole namespace on every ending.
 func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 2)
 	insertScheduled(ctx, t, s, 0, 20)
 	conn, done := genericPlanConn(ctx, t, s)
 	defer done()
@@ -55,12 +50,7 @@ func TestOneActivityLookUpsUseItsKeyOnANewTable(t *testing.T) {
 // rows it took then reads them by key, not the whole table.
 func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 3)
 	insert := func(from, to int) { insertScheduled(ctx, t, s, from, to) }
 	// A connection keeps the claim's generic plan made on a few rows.
 	insert(0, 20)
@@ -104,12 +94,7 @@ func TestANewTableIsAnalyzedOnceItHasGrown(t *testing.T) {
 // replaced too.
 func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 2)
 	analyzed := make(chan int64, 4)
 	s.stats.analyzed = func(at int64) { analyzed <- at }
 	for i := 0; i < 10*analyzeFirst; i += 500 {
@@ -130,6 +115,19 @@ func TestTheTableIsAnalyzedAgainAtEachTenfold(t *testing.T) {
 	if n := reltuples(ctx, t, s); n < 10*analyzeFirst {
 		t.Fatalf("after %d activities the statistics count %v rows", 10*analyzeFirst, n)
 	}
+}
+
+// setup opens a store on a fresh database, its pool capped at conns
+// connections (0: the default), and closes it when the test ends.
+func setup(t *testing.T, conns int) (context.Context, *Store) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.Fresh(t, conns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, s
 }
 
 // insertScheduled inserts scheduled activities a-from … a-(to-1) into
@@ -207,12 +205,7 @@ func explainExecute(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name 
 // and with it the sample of 30,000 rows of every column.
 func TestEveryActivityColumnHasAStatisticsTarget(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 0)
 	rows, err := s.pool.Query(ctx, `SELECT attname FROM pg_attribute
 		WHERE attrelid = 'activities'::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget < 0 ORDER BY attnum`)
 	if err != nil {
@@ -243,12 +236,7 @@ func TestEveryActivityColumnHasAStatisticsTarget(t *testing.T) {
 // so the index's predicate is read instead.
 func TestDeadlineAndKeyIndexesHoldOnlyWorkThatHasThem(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 2)
 	self, err := s.JoinCluster(ctx, store.JoinRequest{Name: "a", Addr: "127.0.0.1:1", Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -341,12 +329,7 @@ func TestAClaimReadsAKeysOldestWorkOnlyOnStaleStatistics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
-			s, err := Open(ctx, pgtest.Fresh(t, 2))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			ctx, s := setup(t, 2)
 			fill := func(prefix, state string, owner, n int) {
 				t.Helper()
 				if _, err := s.pool.Exec(ctx, tc.fill, prefix, state, owner, n); err != nil {
@@ -384,12 +367,7 @@ func TestAClaimReadsAKeysOldestWorkOnlyOnStaleStatistics(t *testing.T) {
 // its key or its workflow id.
 func TestRunLookUpsUseTheirKeysOnceTheTableHasGrown(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, pgtest.Fresh(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := setup(t, 2)
 	insert := func(from, to int) {
 		t.Helper()
 		var writes []store.Write
