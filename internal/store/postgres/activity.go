@@ -223,8 +223,8 @@ func (s *Store) Apply(ctx context.Context, writes []store.Write) ([]bool, error)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d writes: %w", len(writes), dbErr(err))
 	}
-	s.insertedActivities(inserted)
-	s.insertedRuns(newRuns)
+	s.stats.inserted(inserted)
+	s.runStats.inserted(newRuns)
 	return changed, nil
 }
 

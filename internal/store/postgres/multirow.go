@@ -34,9 +34,12 @@ func stretches(writes []store.Write) map[int]stretch {
 			// One statement updates a row once, so an activity closed
 			// twice ends the stretch: its second close comes after.
 			seen := map[activityKey]bool{}
-			for j < len(writes) && plainClose(writes[j]) && !seen[keyOf(writes[j])] {
-				seen[keyOf(writes[j])] = true
-				j++
+			for ; j < len(writes) && plainClose(writes[j]); j++ {
+				k := keyOf(writes[j])
+				if seen[k] {
+					break
+				}
+				seen[k] = true
 			}
 		}
 		if j-i >= 2 {

@@ -80,8 +80,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
 	}
 	s := &Store{pool: pool, pres: &presence{cfg: cfg.ConnConfig}, conns: conns}
-	s.stats.init("activities")
-	s.runStats.init("runs")
+	s.stats.init(pool, "activities")
+	s.runStats.init(pool, "runs")
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", dbErr(err))
@@ -152,8 +152,9 @@ const (
 // rows and at each tenfold of that, in the background; new statistics
 // replace every connection's plans. Past analyzeLast autovacuum keeps up.
 type planStats struct {
-	table    string
-	inserted atomic.Int64
+	pool  *pgxpool.Pool
+	table string
+	rows  atomic.Int64 // inserted so far
 	// next is the count of inserted rows at which the next analyze runs.
 	next   atomic.Int64
 	ctx    context.Context
@@ -168,24 +169,17 @@ type planStats struct {
 	analyzed func(at int64)
 }
 
-func (p *planStats) init(table string) {
-	p.table = table
+func (p *planStats) init(pool *pgxpool.Pool, table string) {
+	p.pool, p.table = pool, table
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.done = make(chan struct{})
 	p.next.Store(analyzeFirst)
 }
 
-// insertedActivities notes n new activities; an analyze they make due runs
-// in the background, so no write waits for it.
-func (s *Store) insertedActivities(n int) { s.stats.note(s.pool, n) }
-
-// insertedRuns notes n new runs, as insertedActivities notes activities.
-func (s *Store) insertedRuns(n int) { s.runStats.note(s.pool, n) }
-
-// note notes n new rows of the table and runs an analyze they make due
-// in the background.
-func (p *planStats) note(pool *pgxpool.Pool, n int) {
-	total := p.inserted.Add(int64(n))
+// inserted notes n new rows of the table; an analyze they make due runs in
+// the background, so no write waits for it.
+func (p *planStats) inserted(n int) {
+	total := p.rows.Add(int64(n))
 	next := p.next.Load()
 	if n == 0 || next > analyzeLast || total < next || !p.next.CompareAndSwap(next, 10*next) {
 		return
@@ -201,7 +195,7 @@ func (p *planStats) note(pool *pgxpool.Pool, n int) {
 		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
 		defer cancel()
 		// Best effort: should it fail, autovacuum analyzes the table later.
-		_, _ = pool.Exec(ctx, `ANALYZE `+p.table)
+		_, _ = p.pool.Exec(ctx, `ANALYZE `+p.table)
 		if next == analyzeFirst {
 			close(p.done)
 		}
