@@ -48,6 +48,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 )
 
@@ -359,7 +361,11 @@ func (s *Server) grpcServer() *grpc.Server {
 	s.register(&aionv1.ScheduleService_ServiceDesc, &scheduleService{s: s})
 	s.health = health.NewServer()
 	s.register(&healthpb.Health_ServiceDesc, s.health)
-	reflection.Register(s.grpc)
+	// Reflection is registered as the other services are, so a connection
+	// the lean transport serves answers it too.
+	reflectOn := reflection.ServerOptions{Services: s.grpc}
+	s.register(&reflectionv1.ServerReflection_ServiceDesc, reflection.NewServerV1(reflectOn))
+	s.register(&reflectionv1alpha.ServerReflection_ServiceDesc, reflection.NewServer(reflectOn))
 	s.clientStreams = make(map[string]bool)
 	for svc, info := range s.grpc.GetServiceInfo() {
 		for _, m := range info.Methods {

@@ -484,7 +484,12 @@ type registration struct {
 // engine told it joined; the caller then owns the token and undoes both.
 func (ws *workerService) registerStream(ctx context.Context, c *conn) registration {
 	s := ws.s
-	fail := func(err error) registration { return registration{err: err} }
+	fail := func(err error) registration {
+		if err == nil { // a registration without a worker always ends the stream with a status
+			err = status.Error(codes.Internal, "worker stream: registration ended without a worker or a status")
+		}
+		return registration{err: err}
+	}
 	// Either the first frame or the registration deadline comes first;
 	// decided exactly once.
 	var decided atomic.Bool
@@ -498,6 +503,11 @@ func (ws *workerService) registerStream(ctx context.Context, c *conn) registrati
 	deadline.Stop()
 	if !decided.CompareAndSwap(false, true) {
 		return fail(late)
+	}
+	if errors.Is(err, io.EOF) {
+		// The worker closed its side before saying who it is: there is no
+		// worker to register, and the stream ends as refused.
+		return fail(status.Error(codes.InvalidArgument, "first frame: the stream ended before its register frame"))
 	}
 	if err != nil {
 		return fail(recvStatus(err))

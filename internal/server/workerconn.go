@@ -80,20 +80,32 @@ func (s *Server) serveCall(st *h2.Stream) error {
 		}
 		return status.Errorf(codes.Unimplemented, "unknown method %s", st.Method())
 	case m.unary != nil:
-		read := func(v any) error {
-			if err := st.RecvMsg(v); !errors.Is(err, io.EOF) {
-				return err
-			}
-			return status.Error(codes.Internal, "the call ended before its request")
-		}
-		resp, err := m.unary.Handler(m.impl, st.Context(), read, s.unaryIntercept)
+		resp, err := m.unary.Handler(m.impl, st.Context(), requestOf(st).RecvMsg, s.unaryIntercept)
 		if err != nil {
 			return err
 		}
 		return st.SendMsg(resp)
 	}
 	info := &grpc.StreamServerInfo{FullMethod: st.Method(), IsClientStream: m.stream.ClientStreams, IsServerStream: m.stream.ServerStreams}
-	return s.streamIntercept(m.impl, st, info, m.stream.Handler)
+	var ss grpc.ServerStream = st
+	if !m.stream.ClientStreams {
+		ss = requestOf(st)
+	}
+	return s.streamIntercept(m.impl, ss, info, m.stream.Handler)
+}
+
+// oneRequest is the stream of a call that takes exactly one request: a
+// client that ends its side before sending it gets Internal, as grpc-go
+// answers such a call, instead of an end the handler would take for none.
+type oneRequest struct{ *h2.Stream }
+
+func requestOf(st *h2.Stream) oneRequest { return oneRequest{st} }
+
+func (s oneRequest) RecvMsg(v any) error {
+	if err := s.Stream.RecvMsg(v); !errors.Is(err, io.EOF) {
+		return err
+	}
+	return status.Error(codes.Internal, "the call ended before its request")
 }
 
 // handedCreds are the gRPC server's TLS credentials when the lean transport
