@@ -62,8 +62,8 @@ func (l *limitFlags) register(fl *pflag.FlagSet, d server.Config) {
 		"calls and streams open at once on one gRPC connection; a client past it waits (0: no cap)")
 	bindEnv(fl, "grpc-max-streams", "AION_GRPC_MAX_STREAMS")
 	fl.StringVar(&l.conn.WorkerTransport, "worker-transport", c.WorkerTransport,
-		"who serves a connection whose first call is a worker's stream: lean (aion's HTTP/2 transport, under half the memory a worker) "+
-			"or grpc (grpc-go's, as every other connection)")
+		"who serves a connection whose first call is a worker's stream: grpc (grpc-go's, as every other connection) "+
+			"or lean (experimental: aion's own HTTP/2 transport, under half the memory a worker, not yet hardened against every attack grpc-go is; see docs/security.md)")
 	bindEnv(fl, "worker-transport", "AION_WORKER_TRANSPORT")
 }
 

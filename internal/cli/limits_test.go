@@ -28,13 +28,13 @@ func TestLimitFlagsReachTheServerConfig(t *testing.T) {
 	}
 	code, _, stderr := inv.run(t, "server", "--config", path, "--max-pending-bytes-per-namespace", "1048576",
 		"--max-list-bytes", "65536", "--grpc-handshake-timeout", "2s", "--http-read-header-timeout", "1s",
-		"--http-read-timeout", "4s", "--http-write-timeout", "5s", "--worker-transport", "grpc")
+		"--http-read-timeout", "4s", "--http-write-timeout", "5s", "--worker-transport", "lean")
 	if code != exitOK {
 		t.Fatalf("code %d: %s", code, stderr)
 	}
 	want := server.ConnLimits{GRPCHandshakeTimeout: 2 * time.Second, GRPCIdleTimeout: 3 * time.Minute, GRPCMaxStreams: 50,
 		HTTPReadHeaderTimeout: time.Second, HTTPReadTimeout: 4 * time.Second, HTTPWriteTimeout: 5 * time.Second,
-		HTTPIdleTimeout: 7 * time.Second, WorkerTransport: server.WorkerTransportGRPC}
+		HTTPIdleTimeout: 7 * time.Second, WorkerTransport: server.WorkerTransportLean}
 	if got.Conn != want || got.MaxPendingBytesPerNamespace != 1<<20 || got.MaxListBytes != 64<<10 {
 		t.Fatalf("config: conn %+v, pending bytes %d, list bytes %d; want %+v, 1048576, 65536",
 			got.Conn, got.MaxPendingBytesPerNamespace, got.MaxListBytes, want)

@@ -128,9 +128,11 @@ type ConnLimits struct {
 	// connection; a client past it waits for one to end. 0 means no cap.
 	GRPCMaxStreams uint32
 	// WorkerTransport serves connections whose first call is a worker's
-	// Connect: "lean" (or empty) with aion's own HTTP/2 transport, one
-	// goroutine a connection and none a waiting worker stream; "grpc" with
-	// grpc-go's, as every other connection is.
+	// Connect: "grpc" (or empty, the default) with grpc-go's transport, as
+	// every other connection is; "lean", experimental, with aion's own
+	// HTTP/2 transport, one goroutine a connection and none a waiting
+	// worker stream, which does not yet hold against every attack grpc-go
+	// holds against (docs/security.md).
 	WorkerTransport string
 	// HTTPReadHeaderTimeout bounds reading a request's headers.
 	HTTPReadHeaderTimeout time.Duration
@@ -197,7 +199,7 @@ func DefaultConnLimits() ConnLimits {
 		GRPCHandshakeTimeout:  10 * time.Second,
 		GRPCIdleTimeout:       5 * time.Minute,
 		GRPCMaxStreams:        1000,
-		WorkerTransport:       WorkerTransportLean,
+		WorkerTransport:       WorkerTransportGRPC,
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       30 * time.Second,
 		HTTPWriteTimeout:      30 * time.Second,
@@ -239,7 +241,7 @@ func (c Config) Validate() error {
 	switch c.Conn.WorkerTransport {
 	case "", WorkerTransportLean, WorkerTransportGRPC:
 	default:
-		bad("--worker-transport %q: want %s or %s", c.Conn.WorkerTransport, WorkerTransportLean, WorkerTransportGRPC)
+		bad("--worker-transport %q: want %s or %s", c.Conn.WorkerTransport, WorkerTransportGRPC, WorkerTransportLean)
 	}
 	switch c.SQLiteSync {
 	case "", "full", "normal":

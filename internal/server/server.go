@@ -347,7 +347,7 @@ func (s *Server) grpcServer() *grpc.Server {
 	opts = append(opts, connectionOptions(s.cfg.Conn)...)
 	if s.tls != nil {
 		creds := credentials.NewTLS(s.tls)
-		if s.cfg.Conn.WorkerTransport != WorkerTransportGRPC {
+		if s.cfg.Conn.WorkerTransport == WorkerTransportLean {
 			creds = handedCreds{creds} // the lean transport shakes hands first
 		}
 		opts = append(opts, grpc.Creds(creds))
