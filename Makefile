@@ -29,6 +29,7 @@ FUZZTIME ?= 15s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./internal/name/
 	$(GO) test -run '^$$' -fuzz '^FuzzWorkerFrames$$' -fuzztime $(FUZZTIME) ./internal/server/
+	$(GO) test -run '^$$' -fuzz '^FuzzWorkerStream$$' -fuzztime $(FUZZTIME) ./internal/server/
 
 ## bench: the registry and store benchmarks, with allocations.
 bench:

@@ -21,16 +21,22 @@ import (
 
 // The values of --worker-transport.
 const (
-	WorkerTransportLean = "lean"
+	// WorkerTransportGRPC serves every connection on grpc-go's transport:
+	// the default.
 	WorkerTransportGRPC = "grpc"
+	// WorkerTransportLean serves connections whose first call is a
+	// worker's Connect on aion's own HTTP/2 transport (internal/h2):
+	// experimental, for its memory per worker, until it holds against
+	// every attack grpc-go's does.
+	WorkerTransportLean = "lean"
 )
 
 // leanTransport builds the transport that serves worker streams on
 // connections whose first call is Connect (see internal/h2), sharing the
 // gRPC listener with s.grpc, or returns nil when grpc-go serves every
-// connection (--worker-transport grpc). Under TLS it shakes hands with every
-// connection first; s.grpc takes the ones it hands off as they are (see
-// handedCreds).
+// connection (--worker-transport grpc, the default). Under TLS it shakes
+// hands with every connection first; s.grpc takes the ones it hands off as
+// they are (see handedCreds).
 //
 // Every call on such a connection is served here, a worker's stream or not
 // (serveCall). Each such connection costs one goroutine and a few KiB of
@@ -40,7 +46,7 @@ const (
 // call is served as grpc-go would serve it: the same tap decision
 // (admitCall), interceptors, decoder and limits.
 func (s *Server) leanTransport() (*h2.Server, *h2.Handoff) {
-	if s.cfg.Conn.WorkerTransport == WorkerTransportGRPC {
+	if s.cfg.Conn.WorkerTransport != WorkerTransportLean {
 		return nil, nil
 	}
 	handoff := h2.NewHandoff(s.grpcLis.Addr())
