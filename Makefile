@@ -38,7 +38,7 @@ bench:
 ## attack: each attack of the hardening matrix for ATTACK_DURATION against a
 ## server it starts itself on loopback; the figures go in docs/security.md.
 ATTACK_DURATION ?= 30s
-ATTACK_KINDS ?= none unauth-large worker-fields stalled-reader pending-memory connections
+ATTACK_KINDS ?= none unauth-large worker-fields stalled-reader pending-memory connections early-eof undecided refused-streams
 attack: build
 	@for k in $(ATTACK_KINDS); do echo "== aion attack $$k --duration $(ATTACK_DURATION)"; \
 		./bin/aion attack $$k --duration $(ATTACK_DURATION) || exit 1; done

@@ -51,10 +51,27 @@ const (
 	// on its own connection, held registered, and what the server's memory
 	// grows by per worker.
 	ConnectedWorkers Kind = "workers"
+	// EarlyEOF: worker streams (attacker's key) that end early, over and
+	// over, in five ways: END_STREAM on the first HEADERS, half a gRPC
+	// message then END_STREAM, RST_STREAM before Register, CloseSend right
+	// after Register, and the TCP connection closed in the middle of a
+	// frame; counted by how the server ended each.
+	EarlyEOF Kind = "early-eof"
+	// Undecided: connections to the gRPC port that send the preface,
+	// SETTINGS and PriorityBytes of PRIORITY frames but never a request,
+	// held to the end; counts those the server closed, and when.
+	Undecided Kind = "undecided"
+	// RefusedStreams: connections that never read, each opening streams as
+	// fast as it may, past the server's MAX_CONCURRENT_STREAMS, Connect
+	// calls and calls with a content-type that is not gRPC, so the server's
+	// refusals back up unread.
+	RefusedStreams Kind = "refused-streams"
 )
 
-// Kinds lists every attack, in the matrix's order.
-var Kinds = []Kind{None, UnauthLarge, WorkerFields, StalledReader, PendingMemory, Connections, ConnectedWorkers}
+// Kinds lists every attack, in the matrix's order, then the attacks on the
+// HTTP/2 framing of worker connections.
+var Kinds = []Kind{None, UnauthLarge, WorkerFields, StalledReader, PendingMemory, Connections, ConnectedWorkers,
+	EarlyEOF, Undecided, RefusedStreams}
 
 // ParseKind reads an attack's name.
 func ParseKind(s string) (Kind, error) {
@@ -123,6 +140,9 @@ type Options struct {
 	// ProfileDir, when set, receives the server's heap and goroutine
 	// profiles with every worker connected (workers).
 	ProfileDir string
+	// PriorityBytes is how many bytes of PRIORITY frames each connection
+	// sends (undecided).
+	PriorityBytes int
 
 	// KeepDir keeps the server's directory (data and log) after the run.
 	KeepDir bool
@@ -137,15 +157,30 @@ func Defaults() Options {
 		DetailsBytes: 40 << 20, FailureBytes: 20 << 20,
 		PendingBytes: 2 << 20, ListPageSize: 1000,
 		IdleConns: 3000, SlowReaders: 1000, SSEClients: 500,
-		MaxRequests: 1_000_000,
-		Workers:     10000,
+		MaxRequests:   1_000_000,
+		Workers:       10000,
+		PriorityBytes: 120 << 10,
 	}
 }
 
 // defaultAttackers is each kind's number of attackers when none is asked.
 var defaultAttackers = map[Kind]int{
 	None: 0, UnauthLarge: 12, WorkerFields: 2, StalledReader: 1, PendingMemory: 2, Connections: 1, ConnectedWorkers: 0,
+	EarlyEOF: 4, Undecided: 2000, RefusedStreams: 2,
 }
+
+// maxAttackers bounds --attackers: the connections of undecided, the
+// callers or workers of every other kind.
+func maxAttackers(k Kind) int {
+	if k == Undecided {
+		return 15000
+	}
+	return 1000
+}
+
+// maxPriorityBytes bounds --priority-bytes: past it a server has long
+// stopped waiting for a request.
+const maxPriorityBytes = 1 << 20
 
 func (o *Options) validate() error {
 	switch {
@@ -153,8 +188,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("command: the executable that runs `server` is empty")
 	case o.Duration <= 0:
 		return fmt.Errorf("--duration %v: must be more than zero", o.Duration)
-	case o.Attackers < 0 || o.Attackers > 1000:
-		return fmt.Errorf("--attackers %d: want 0 (the kind's default) to 1000", o.Attackers)
+	case o.Attackers < 0 || o.Attackers > maxAttackers(o.Kind):
+		return fmt.Errorf("--attackers %d: want 0 (the kind's default) to %d", o.Attackers, maxAttackers(o.Kind))
 	case o.Rate <= 0 || o.Rate > 10000:
 		return fmt.Errorf("--rate %v: want more than 0 and at most 10000 per second", o.Rate)
 	case o.HonestTimeout <= 0:
@@ -184,6 +219,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--connections %d: want 0 (a connection per worker) to --workers (%d)", o.Connections, o.Workers)
 	case o.MaxRequests < 1:
 		return fmt.Errorf("--max-requests %d: want at least 1", o.MaxRequests)
+	case o.PriorityBytes < priorityFrameSize || o.PriorityBytes > maxPriorityBytes:
+		return fmt.Errorf("--priority-bytes %d: want %d (one frame) to %d", o.PriorityBytes, priorityFrameSize, maxPriorityBytes)
 	}
 	for _, a := range o.ServerArgs {
 		for _, f := range reservedServerFlags {
@@ -301,6 +338,9 @@ var attacks = map[Kind]func(ctx context.Context, e *env){
 	PendingMemory:    pendingMemory,
 	Connections:      connections,
 	ConnectedWorkers: connectedWorkers,
+	EarlyEOF:         earlyEOF,
+	Undecided:        undecided,
+	RefusedStreams:   refusedStreams,
 }
 
 // Run performs one run: it starts the server, the honest tenant and the
@@ -314,7 +354,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		o.Attackers = defaultAttackers[o.Kind]
 	}
 	rep := Report{Kind: o.Kind, Attackers: o.Attackers}
-	if o.Kind == ConnectedWorkers {
+	if o.Kind == ConnectedWorkers || o.Kind == Undecided {
 		if err := raiseFileLimit(); err != nil {
 			return rep, err
 		}

@@ -100,7 +100,11 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 					}
 				}
 			}},
-		{kind: attack.ConnectedWorkers, name: "workers sharing connections", edit: func(o *attack.Options) { o.Connections, o.Duration = 5, 6*time.Second },
+		// The lean transport's measure: grpc-go spends a goroutine a stream.
+		{kind: attack.ConnectedWorkers, name: "workers sharing connections", edit: func(o *attack.Options) {
+			o.Connections, o.Duration = 5, 6*time.Second
+			o.ServerArgs = append(o.ServerArgs, "--worker-transport=lean")
+		},
 			want: []string{"register: OK"},
 			check: func(t *testing.T, r attack.Report) {
 				w := r.Workers
@@ -117,6 +121,32 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 				// difference a little less, even below zero.
 				if w.Held.Goroutines <= 0 || w.GoroutinesPerWorker >= 0.5 {
 					t.Errorf("workers %+v: want fewer than half a goroutine a worker on shared connections", w)
+				}
+			}},
+		// The attacks on the framing run against grpc-go's transport
+		// (--worker-transport grpc).
+		{kind: attack.EarlyEOF, edit: grpcTransport(nil),
+			want: []string{"(a) END_STREAM on the HEADERS: ", "(b) half a message, then END_STREAM: ", "(c) RST_STREAM before Register: ",
+				"(d) CloseSend after Register: ", "(e) connection closed mid-frame: "}},
+		{kind: attack.Undecided, edit: grpcTransport(func(o *attack.Options) { o.Attackers, o.PriorityBytes = 50, 4<<10 }),
+			want: []string{"undecided: "},
+			check: func(t *testing.T, r attack.Report) {
+				var n int64
+				for k, v := range r.Attack.Outcomes {
+					if k == "undecided: closed by the server" || k == "undecided: held open to the end" {
+						n += v
+					}
+				}
+				if n != 50 || r.Attack.Sent != 50 {
+					t.Errorf("sent %d, outcomes %v: want each of the 50 connections sent and counted once as held or closed",
+						r.Attack.Sent, r.Attack.Outcomes)
+				}
+			}},
+		{kind: attack.RefusedStreams, edit: grpcTransport(func(o *attack.Options) { o.MaxRequests = 20000 }),
+			want: []string{"connection: ", "reply: "},
+			check: func(t *testing.T, r attack.Report) {
+				if r.Attack.Sent > 2*20000 {
+					t.Errorf("sent %d frames: want at most --max-requests (20000) on each of 2 connections", r.Attack.Sent)
 				}
 			}},
 		{kind: attack.Connections, want: []string{"idle gRPC: ", "slow reader: ", "event stream: "},
@@ -188,6 +218,17 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 	}
 }
 
+// grpcTransport has the server serve worker connections with grpc-go's
+// transport, then applies edit when set.
+func grpcTransport(edit func(*attack.Options)) func(*attack.Options) {
+	return func(o *attack.Options) {
+		o.ServerArgs = append(o.ServerArgs, "--worker-transport=grpc")
+		if edit != nil {
+			edit(o)
+		}
+	}
+}
+
 func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -198,6 +239,10 @@ func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 		{"unknown kind", func(o *attack.Options) { o.Kind = "ddos" }, `attack "ddos"`},
 		{"no duration", func(o *attack.Options) { o.Duration = 0 }, "--duration"},
 		{"negative attackers", func(o *attack.Options) { o.Attackers = -1 }, "--attackers -1"},
+		{"too many attackers", func(o *attack.Options) { o.Attackers = 1001 }, "--attackers 1001: want 0 (the kind's default) to 1000"},
+		{"too many undecided connections", func(o *attack.Options) { o.Kind, o.Attackers = attack.Undecided, 15001 }, "--attackers 15001"},
+		{"priority frames past a MiB", func(o *attack.Options) { o.PriorityBytes = 2 << 20 }, "--priority-bytes 2097152"},
+		{"less than a priority frame", func(o *attack.Options) { o.PriorityBytes = 13 }, "--priority-bytes 13"},
 		{"no rate", func(o *attack.Options) { o.Rate = 0 }, "--rate 0"},
 		{"body past the gRPC limit", func(o *attack.Options) { o.LargeBytes = 64 << 20 }, "--large-bytes 67108864"},
 		{"no workers", func(o *attack.Options) { o.Workers = 0 }, "--workers 0"},

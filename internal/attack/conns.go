@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -23,8 +22,12 @@ const slowReadBuffer = 4096
 // heldConn is one connection the attack holds open.
 type heldConn struct {
 	conn net.Conn
-	// closed is set when a read saw the server close the connection.
-	closed atomic.Bool
+	// opened is when its request was written.
+	opened time.Time
+	// closed is set when a read saw the server close the connection, and
+	// closedAfter (nanoseconds after opened) when watchClose saw it.
+	closed      atomic.Bool
+	closedAfter atomic.Int64
 }
 
 // connections holds IdleConns TCP connections to the gRPC port that never
@@ -35,11 +38,11 @@ type heldConn struct {
 // to deliver, and count the registrations.
 func connections(ctx context.Context, e *env) {
 	var wg sync.WaitGroup
-	idle := e.openMany(ctx, e.o.IdleConns, "idle gRPC", e.srv.grpcAddr, 0, "")
+	idle := e.openMany(ctx, e.o.IdleConns, "idle gRPC", e.srv.grpcAddr, 0, nil)
 	slow := e.openMany(ctx, e.o.SlowReaders, "slow reader", e.srv.httpAddr, slowReadBuffer,
-		fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", consoleScript, e.srv.httpAddr))
+		fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", consoleScript, e.srv.httpAddr))
 	sse := e.openMany(ctx, e.o.SSEClients, "event stream", e.srv.httpAddr, slowReadBuffer,
-		fmt.Sprintf("GET /api/v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n",
+		fmt.Appendf(nil, "GET /api/v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n",
 			e.srv.httpAddr, e.srv.keys.admin))
 	opened := time.Now()
 
@@ -88,7 +91,7 @@ func connections(ctx context.Context, e *env) {
 
 // openMany opens n connections to addr from 32 dialers at once and sends
 // request on each; a receive buffer of rcvbuf bytes when rcvbuf > 0.
-func (e *env) openMany(ctx context.Context, n int, label, addr string, rcvbuf int, request string) []*heldConn {
+func (e *env) openMany(ctx context.Context, n int, label, addr string, rcvbuf int, request []byte) []*heldConn {
 	out := make([]*heldConn, 0, n)
 	var mu sync.Mutex
 	next := make(chan struct{})
@@ -99,7 +102,7 @@ func (e *env) openMany(ctx context.Context, n int, label, addr string, rcvbuf in
 				h, err := open(ctx, addr, rcvbuf, request)
 				e.tally.sent.Add(1)
 				if err != nil {
-					e.tally.add(label+": open failed, "+outcome(err), 1)
+					e.failed(ctx, label+": open failed", err)
 					continue
 				}
 				mu.Lock()
@@ -119,7 +122,7 @@ func (e *env) openMany(ctx context.Context, n int, label, addr string, rcvbuf in
 	return out
 }
 
-func open(ctx context.Context, addr string, rcvbuf int, request string) (*heldConn, error) {
+func open(ctx context.Context, addr string, rcvbuf int, request []byte) (*heldConn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -131,15 +134,19 @@ func open(ctx context.Context, addr string, rcvbuf int, request string) (*heldCo
 			return nil, err
 		}
 	}
-	if request != "" {
+	if len(request) > 0 {
 		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, request); err != nil {
+		// The attack's end also ends a write the server is slow to take.
+		stop := context.AfterFunc(ctx, func() { _ = c.SetWriteDeadline(time.Now()) })
+		_, err := c.Write(request)
+		stop()
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
 		_ = c.SetWriteDeadline(time.Time{})
 	}
-	return &heldConn{conn: c}, nil
+	return &heldConn{conn: c, opened: time.Now()}, nil
 }
 
 // watchClose reads chunk bytes at a time, every gap, until the connection
@@ -149,6 +156,7 @@ func watchClose(h *heldConn, chunk int, gap time.Duration) {
 	for {
 		if _, err := h.conn.Read(buf); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
+				h.closedAfter.Store(int64(time.Since(h.opened)))
 				h.closed.Store(true)
 			}
 			return

@@ -1,8 +1,14 @@
 package attack
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
 	"slices"
 	"testing"
+
+	"golang.org/x/net/http2"
 )
 
 func TestOnlyLoopbackAddressesAreTargets(t *testing.T) {
@@ -24,5 +30,43 @@ func TestChildEnvironmentHasNoAionSettings(t *testing.T) {
 	got := childEnv([]string{"PATH=/bin", "AION_GRPC_ADDR=0.0.0.0:50051", "AION_AUTH=none", "HOME=/root", "XAION=1"})
 	if want := []string{"PATH=/bin", "HOME=/root", "XAION=1"}; !slices.Equal(got, want) {
 		t.Fatalf("childEnv = %q, want %q", got, want)
+	}
+}
+
+func TestUndecidedPreambleIsThePrefaceSettingsAndPriorityFramesOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		bytes, frames int
+	}{{14, 1}, {1, 1}, {4 << 10, 292}, {120 << 10, 8777}} {
+		b, n := undecidedPreamble(tc.bytes)
+		if n != tc.frames || len(b) != len(http2.ClientPreface)+9+n*priorityFrameSize {
+			t.Errorf("%d bytes: %d frames in %d bytes, want %d frames", tc.bytes, n, len(b), tc.frames)
+		}
+		if !bytes.HasPrefix(b, []byte(http2.ClientPreface)) {
+			t.Fatalf("%d bytes: no client preface", tc.bytes)
+		}
+		fr := http2.NewFramer(nil, bytes.NewReader(b[len(http2.ClientPreface):]))
+		var got []http2.FrameType
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("%d bytes: %v", tc.bytes, err)
+				}
+				break
+			}
+			got = append(got, f.Header().Type)
+		}
+		if len(got) != n+1 || got[0] != http2.FrameSettings || slices.ContainsFunc(got[1:], func(t http2.FrameType) bool { return t != http2.FramePriority }) {
+			t.Errorf("%d bytes: frames %v, want SETTINGS then %d PRIORITY", tc.bytes, got, n)
+		}
+	}
+}
+
+func TestGRPCMessagePromisesMoreThanItCarries(t *testing.T) {
+	t.Parallel()
+	b := grpcMessage(1024, 16)
+	if len(b) != 5+16 || b[0] != 0 || binary.BigEndian.Uint32(b[1:5]) != 1024 {
+		t.Fatalf("grpcMessage(1024, 16) = %x: want an uncompressed prefix of 1024 and 16 bytes", b)
 	}
 }

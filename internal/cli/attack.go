@@ -57,6 +57,25 @@ Kinds (numbers are those of the hardening matrix in docs/security.md):
                   a collection), per worker; the server runs with --pprof and
                   --profile-dir receives its heap and goroutine profiles
 
+Attacks on the HTTP/2 framing of worker connections (raw frames, each with
+the attacker's worker key where a call is made):
+
+  early-eof       4 loops end worker streams early, over and over: END_STREAM
+                  on the first HEADERS (no Register), half a gRPC message then
+                  END_STREAM, RST_STREAM before Register, CloseSend right after
+                  Register, and the TCP connection closed in the middle of a
+                  frame; counted by the grpc-status the server ended each with
+                  (or "connection closed")
+  undecided       2000 connections (--attackers) that send the preface,
+                  SETTINGS and --priority-bytes of PRIORITY frames but never a
+                  request, held to the end; reports how many the server
+                  closed, and when
+  refused-streams 2 connections with a small receive buffer that never read:
+                  each opens streams as fast as it may, past the server's
+                  MAX_CONCURRENT_STREAMS, worker Connect calls and calls sent as
+                  text/plain, so the server's refusals back up; at the end they
+                  read what was queued and count the answers
+
 Every request loop stops by itself at --duration or --max-requests. The
 attack stops early (the honest load goes on) if the server's RSS passes
 --max-server-rss, so a run cannot exhaust the machine.`,
@@ -64,7 +83,8 @@ attack stops early (the honest load goes on) if the server's RSS passes
   aion attack stalled-reader --duration 60s
   aion attack pending-memory --attackers 4 --json
   aion attack none --rate 50
-  aion attack workers --workers 10000 --duration 60s --profile-dir /tmp/prof`,
+  aion attack workers --workers 10000 --duration 60s --profile-dir /tmp/prof
+  aion attack early-eof --server-arg=--worker-transport=grpc`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f := cmd.Flags().Lookup("address"); f != nil && f.Changed {
@@ -97,7 +117,7 @@ attack stops early (the honest load goes on) if the server's RSS passes
 	}
 	f := cmd.Flags()
 	f.DurationVar(&o.Duration, "duration", o.Duration, "how long the attack runs")
-	f.IntVar(&o.Attackers, "attackers", 0, "attacking callers or workers at once; 0 takes the kind's default (unauth-large 12, worker-fields 2, stalled-reader 1, pending-memory 2, connections 1 registering worker)")
+	f.IntVar(&o.Attackers, "attackers", 0, "attacking callers or workers at once; 0 takes the kind's default (unauth-large 12, worker-fields 2, stalled-reader 1, pending-memory 2, connections 1 registering worker, early-eof 4, undecided 2000 connections, refused-streams 2 connections)")
 	f.Float64Var(&o.Rate, "rate", o.Rate, "honest schedule-and-wait operations per second")
 	f.DurationVar(&o.HonestTimeout, "honest-timeout", o.HonestTimeout, "an honest operation slower than this counts as an error")
 	f.IntVar(&o.MaxServerRSSMB, "max-server-rss", o.MaxServerRSSMB, "stop the attack once the server's RSS passes this many MB (0: never)")
@@ -114,6 +134,7 @@ attack stops early (the honest load goes on) if the server's RSS passes
 	f.IntVar(&o.Workers, "workers", o.Workers, "workers: idle workers to connect and hold, one TCP connection each unless --connections")
 	f.IntVar(&o.Connections, "connections", 0, "workers: TCP connections the workers share, each worker a stream on one of them (0: a connection each); the server takes at most --grpc-max-streams (1000) streams on one")
 	f.StringVar(&o.ProfileDir, "profile-dir", "", "workers: write the server's heap and goroutine profiles here, with every worker connected")
+	f.IntVar(&o.PriorityBytes, "priority-bytes", o.PriorityBytes, "undecided: bytes of PRIORITY frames each connection sends (at most 1 MiB)")
 	f.StringArrayVar(&o.ServerArgs, "server-arg", nil, "an argument added to the server's command line, e.g. --server-arg=--max-pending-per-namespace=100 (repeatable)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the server's temporary directory (data and server.log) and print where it is")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")

@@ -29,7 +29,8 @@ func TestAttackHelpSaysItOnlyTargetsItsOwnLoopbackServer(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := (&invocation{}).run(t, "attack", "--help")
 	for _, want := range []string{"starts its own aion server", "127.0.0.1", "never targets any other server",
-		"unauth-large", "worker-fields", "stalled-reader", "pending-memory", "connections", "--max-server-rss"} {
+		"unauth-large", "worker-fields", "stalled-reader", "pending-memory", "connections",
+		"early-eof", "undecided", "refused-streams", "--priority-bytes", "--max-server-rss"} {
 		if code != exitOK || !strings.Contains(stdout, want) {
 			t.Errorf("code %d; help does not say %q:\n%s", code, want, stdout)
 		}
