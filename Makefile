@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./internal/name/
 	$(GO) test -run '^$$' -fuzz '^FuzzWorkerFrames$$' -fuzztime $(FUZZTIME) ./internal/server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWorkerStream$$' -fuzztime $(FUZZTIME) ./internal/server/
+	$(GO) test -run '^$$' -fuzz '^FuzzFrameScan$$' -fuzztime $(FUZZTIME) ./internal/server/
 
 ## bench: the registry and store benchmarks, with allocations.
 bench:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,4 +266,30 @@ func TestDefaultTransportAnswersSettingsAndPingBeforeAnyRequest(t *testing.T) {
 			pinged = pinged || f.IsAck() && f.Data == want
 		}
 	}
+}
+
+// TestConnectionThatSendsTooMuchBeforeItsFirstCallIsClosed sends what the
+// "undecided" attack sends, PRIORITY frames after the preface and no call:
+// past 16 KiB the server closes the connection, while a client that makes
+// its call after its opening frames is served.
+func TestConnectionThatSendsTooMuchBeforeItsFirstCallIsClosed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := dialH2(t, b.srv.GRPCAddr())
+	for range (32 << 10) / 14 {
+		c.write(func() error { return c.fr.WritePriority(1, http2.PriorityParam{Weight: 15}) })
+	}
+	if err := c.conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := c.fr.ReadFrame(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the server kept a connection open that sent 32 KiB of PRIORITY frames and no call")
+			}
+			break
+		}
+	}
+	b.serves(t)
 }

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -345,12 +346,14 @@ func (s *Server) grpcServer() *grpc.Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	opts = append(opts, connectionOptions(s.cfg.Conn)...)
-	if s.tls != nil {
-		creds := credentials.NewTLS(s.tls)
-		if s.cfg.Conn.WorkerTransport == WorkerTransportLean {
-			creds = handedCreds{creds} // the lean transport shakes hands first
-		}
-		opts = append(opts, grpc.Creds(creds))
+	switch {
+	case s.cfg.Conn.WorkerTransport == WorkerTransportLean && s.tls != nil:
+		opts = append(opts, grpc.Creds(handedCreds{credentials.NewTLS(s.tls)})) // the lean transport shakes hands first
+	case s.cfg.Conn.WorkerTransport == WorkerTransportLean:
+	case s.tls != nil:
+		opts = append(opts, grpc.Creds(firstCallCreds{credentials.NewTLS(s.tls)}))
+	default:
+		opts = append(opts, grpc.Creds(firstCallCreds{insecure.NewCredentials()}))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})
