@@ -147,8 +147,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// open acquires what the server holds: the key files, the listeners, the
-// store and, on a shared store, its cluster membership.
+// open acquires what the server holds: the key files, the store, the
+// listeners and, on a shared store, its cluster membership.
 func (s *Server) open(ctx context.Context) error {
 	var err error
 	if s.authn, err = newAuthenticator(s.cfg.Auth); err != nil {
@@ -163,14 +163,16 @@ func (s *Server) open(ctx context.Context) error {
 	if s.tracing != nil {
 		s.log.Info("tracing on: exporting spans over OTLP", "protocol", s.cfg.Tracing.Protocol)
 	}
+	// The store before the listeners: a data directory another server
+	// holds is refused before this one takes any port.
+	if s.st, s.where, err = openStore(ctx, s.cfg, s.log); err != nil {
+		return err
+	}
 	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen for gRPC on %s: %w", s.cfg.GRPCAddr, err)
 	}
 	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("listen for HTTP on %s: %w", s.cfg.HTTPAddr, err)
-	}
-	if s.st, s.where, err = openStore(ctx, s.cfg, s.log); err != nil {
-		return err
 	}
 	cl, ok := s.st.(store.Cluster)
 	if !ok {
@@ -187,8 +189,8 @@ func (s *Server) open(ctx context.Context) error {
 }
 
 // release lets go of what open acquired, in reverse: the cluster membership
-// (whatever this server still runs is handed over at once), the store, the
-// listeners.
+// (whatever this server still runs is handed over at once), the listeners,
+// the store.
 func (s *Server) release(ctx context.Context) error {
 	var errs []error
 	if s.self.ID != 0 {
@@ -196,13 +198,13 @@ func (s *Server) release(ctx context.Context) error {
 		defer cancel()
 		errs = append(errs, cluster.Leave(lctx, s.st.(store.Cluster), s.self))
 	}
-	if s.st != nil {
-		errs = append(errs, s.st.Close())
-	}
 	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
 		if l != nil {
 			_ = l.Close() // closed already once served
 		}
+	}
+	if s.st != nil {
+		errs = append(errs, s.st.Close())
 	}
 	// Last, so the spans of the work finished above are exported; a
 	// collector that does not answer holds the shutdown up 5s at most, and
@@ -495,6 +497,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	if errors.Is(err, sqlite.ErrDataLoss) {
 		return nil, "", fmt.Errorf("%w. Refusing to start: restore the data directory from a backup, "+
 			"or start once with --accept-data-loss to run on what is there", err)
+	}
+	if errors.Is(err, sqlite.ErrLocked) {
+		return nil, "", fmt.Errorf("%w: stop it, or use another --data-dir", err)
 	}
 	if err != nil {
 		return nil, "", err

@@ -33,6 +33,7 @@ type Store struct {
 	synchronous string
 	lanes       laneIDs // the ids spilled activities are indexed by; see lane.go
 	reapAt      reapCursors
+	lock        *os.File // holds LockPath(path) until Close; nil where there is no lock (see lock.go)
 }
 
 // Option adjusts how Open opens the file.
@@ -69,6 +70,11 @@ const maxReaders = 4
 // Open opens (creating if needed) the SQLite database at path and brings its
 // schema up to date. The directory holding path is created when missing.
 //
+// One Store at a time holds a database: Open first takes an exclusive lock
+// on LockPath(path), held until Close, and refuses with a *LockedError
+// (wrapping ErrLocked) naming the directory and the holder's process id
+// while another Store, in any process, holds it.
+//
 // Beside the database a mark file (MarkPath) records its identity and how
 // many commits it had acknowledged. Before anything is written Open compares
 // the two and refuses, with an error wrapping ErrDataLoss, a database that is
@@ -87,6 +93,28 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
 	}
+	// Locked before anything reads the database or its mark: a second
+	// opener must be refused, not compare or migrate what another writes.
+	lock, err := acquireLock(path)
+	if errors.Is(err, ErrLocked) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
+	}
+	s, err := openLocked(ctx, path, o)
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+// openLocked is Open once the lock is held.
+func openLocked(ctx context.Context, path string, o options) (*Store, error) {
 	markID, recorded, loss, err := check(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %q: %w", path, err)
@@ -177,7 +205,8 @@ func (s *Store) Path() string { return s.path }
 // Close stops the checkpointer and closes the connection pools and the mark
 // file, whose last record is synced first. The writer is the last
 // connection to close, so SQLite's checkpoint on closing copies what is left
-// of the write-ahead log into the database file and removes the log.
+// of the write-ahead log into the database file and removes the log. Last it
+// releases the lock, so the database can be opened again.
 func (s *Store) Close() error {
 	cerr := s.ckpt.stop()
 	var merr error
@@ -186,7 +215,7 @@ func (s *Store) Close() error {
 	}
 	// Calls run left to right: the checkpointer lets go of the log's index
 	// only after the writer is closed.
-	return errors.Join(cerr, s.stmts.close(), s.reader.Close(), s.writer.Close(), merr, s.ckpt.release())
+	return errors.Join(cerr, s.stmts.close(), s.reader.Close(), s.writer.Close(), merr, s.ckpt.release(), s.unlock())
 }
 
 // migrations are applied in order; the database's user_version records how
