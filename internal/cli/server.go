@@ -93,7 +93,9 @@ asks every caller for a bearer token (see docs/security.md).
 
 State lives in one SQLite file, aion.db, under --data-dir; or, with --store
 postgres://..., in PostgreSQL, where every server given the same database is
-one server of a cluster (see docs/cluster.md).
+one server of a cluster (see docs/cluster.md). One process at a time serves
+a data directory: it holds a lock on aion.db.lock while it runs, and a second
+server given the same --data-dir exits at once naming the holder's pid.
 
 Beside the SQLite file, aion.db.mark records which database it is and how
 many commits it had acknowledged. A start that finds aion.db missing, empty, another database,
@@ -117,7 +119,8 @@ retried after the next start.`,
 		cmd.Long = `Run a developer server: the same server as 'aion server', with its state in
 ./.aion (or --data-dir) and authorization off, so any caller may use any
 namespace. Do not expose it beyond your machine. A damaged data directory is
-refused as by 'aion server' (see --accept-data-loss).`
+refused as by 'aion server' (see --accept-data-loss); so is a data directory
+another server is running on: a second 'aion dev' needs its own --data-dir.`
 		cmd.Example = `  aion dev
   aion dev --data-dir /tmp/aion-dev --grpc-addr 127.0.0.1:7233`
 		dataDir = "./.aion"
