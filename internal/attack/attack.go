@@ -5,9 +5,16 @@
 // tenant or from no tenant at all, and reports the server's memory (read
 // from /proc) and the honest client's latency.
 //
+// The honest tenant runs in a second child process (the same binary, as
+// the hidden command `aion attack honest`, see RunHonest), as a real tenant
+// would run apart from its attacker: the attack's goroutines then share no
+// scheduler with it, and its latency is the server's alone. The attack, the
+// memory readings and the report stay in the calling process.
+//
 // Every attack targets only the server it starts itself: there is no way to
 // point it elsewhere, and a server that reports a non-loopback address is
-// refused. Every request loop is bounded in count and time.
+// refused; the honest tenant's process refuses any address but a loopback
+// one. Every request loop is bounded in count and time.
 package attack
 
 import (
@@ -90,11 +97,13 @@ func ParseKind(s string) (Kind, error) {
 type Options struct {
 	// Kind is the attack.
 	Kind Kind
-	// Command starts the server: an executable and arguments placed before
-	// "server" (the aion binary itself, os.Executable(), for the command).
+	// Command starts the server and the honest tenant: an executable and
+	// arguments placed before "server" or "attack honest" (the aion binary
+	// itself, os.Executable(), for the command).
 	Command []string
-	// Env is added to the server's environment (which has no AION_
-	// variables, so nothing outside can change its settings).
+	// Env is added to the environment of the server and of the honest
+	// tenant (which have no AION_ variables, so nothing outside can change
+	// their settings).
 	Env []string
 	// ServerArgs are added to the server's command line, after the ones the
 	// run sets (for trying settings).
@@ -104,7 +113,8 @@ type Options struct {
 	// Attackers is how many attacking callers (or workers) run at once; 0
 	// takes the kind's default.
 	Attackers int
-	// Rate is the honest client's operations per second.
+	// Rate is the honest client's operations per second, offered from the
+	// honest tenant's own process.
 	Rate float64
 	// HonestTimeout bounds one honest operation; one that takes longer is
 	// an error.
@@ -343,9 +353,10 @@ var attacks = map[Kind]func(ctx context.Context, e *env){
 	RefusedStreams:   refusedStreams,
 }
 
-// Run performs one run: it starts the server, the honest tenant and the
-// attack, and returns the report. ctx cancels the run early (the report
-// then covers what ran).
+// Run performs one run: it starts the server and the honest tenant, each a
+// child process, runs the attack, and returns the report. ctx cancels the
+// run early (the report then covers what ran). Neither child, nor any
+// goroutine of the run, outlives it.
 func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.validate(); err != nil {
 		return Report{}, err
@@ -380,29 +391,18 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}()
 
-	wctx, stopWorker := context.WithCancel(runCtx)
-	waitWorker, err := startHonestWorker(wctx, srv.grpcAddr, srv.keys.honestWorker)
-	if err != nil {
-		stopWorker()
-		return rep, err
-	}
-	defer waitWorker()
-	defer stopWorker()
-
-	hc, err := client.Dial(runCtx, srv.grpcAddr, client.WithToken(srv.keys.honestClient))
+	// The honest tenant runs in a process of its own, so that the attack's
+	// goroutines do not delay its own: what it measures is the server.
+	hon, err := startHonest(runCtx, o, srv)
 	if err != nil {
 		return rep, err
 	}
-	defer hc.Close()
+	defer func() { _ = hon.stop(10 * time.Second) }()
 	admin, err := client.Dial(runCtx, srv.grpcAddr, client.WithToken(srv.keys.admin))
 	if err != nil {
 		return rep, err
 	}
 	defer admin.Close()
-	load := &honestLoad{c: hc, timeout: o.HonestTimeout, errs: make(map[string]int)}
-	if err := load.warmUp(runCtx, 30*time.Second); err != nil {
-		return rep, fmt.Errorf("honest client: %w", err)
-	}
 
 	attackCtx, stopAttack := context.WithCancel(runCtx)
 	defer stopAttack()
@@ -422,34 +422,44 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	} else {
 		return rep, fmt.Errorf("read the server's memory: %w", err)
 	}
+	start := time.Now()
+	e.start, e.end = start, start.Add(o.Duration)
+	if err := hon.begin(o.Duration); err != nil {
+		return rep, err
+	}
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		mem.run(stopSampling)
 	}()
-
-	start := time.Now()
-	e.start, e.end = start, start.Add(o.Duration)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		actx, cancel := context.WithDeadline(attackCtx, e.end)
 		defer cancel()
 		attacks[o.Kind](actx, e)
 	})
-	load.run(runCtx, o.Rate, e.end)
+	// The child's last operations may take up to HonestTimeout after the
+	// load's end; the margin covers its start and its report.
+	honest, honestErr := hon.figures(runCtx, o.Duration+o.HonestTimeout+30*time.Second)
 	stopAttack()
 	wg.Wait()
 	rep.Seconds = time.Since(start).Seconds()
 	mem.sample()
 	close(stopSampling)
 	<-sampled
+	// Stopped only now, so its worker is connected at the last reading, as
+	// it was through the run.
+	if err := hon.stop(10 * time.Second); err != nil && honestErr == nil {
+		honestErr = err
+	}
 
 	mem.mu.Lock()
 	rep.RSS.PeakMB, rep.RSS.EndMB, rep.RSS.HWMMB = mb(mem.peak), mb(mem.last.RSS), mb(mem.last.HWM)
 	rep.RSS.Samples, rep.RSS.IntervalMS = mem.samples, o.SampleEvery.Milliseconds()
 	mem.mu.Unlock()
-	rep.Honest = load.report(o.Rate)
+	rep.Honest = honest
+	rep.Honest.PID = hon.pid()
 	e.mu.Lock()
 	rep.Attack = Attack{Sent: e.tally.sent.Load(), Outcomes: e.tally.snapshot(), Stalled: e.stalled, Notes: e.notes, Stopped: stoppedWhy}
 	rep.Workers = e.workers
@@ -461,7 +471,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("attack interrupted after %.1fs: %w", rep.Seconds, err)
 	}
-	return rep, nil
+	return rep, honestErr
 }
 
 // WriteText writes the report as a short summary.
@@ -480,6 +490,9 @@ func (r Report) WriteText(w io.Writer) {
 		h.Offered, h.Rate, h.Completed, h.Errors, h.P50MS, h.P99MS, h.MaxMS)
 	for _, k := range sortedKeys(h.ErrorKinds) {
 		fmt.Fprintf(w, "             error %q: %d\n", k, h.ErrorKinds[k])
+	}
+	if h.PID != 0 {
+		fmt.Fprintf(w, "             honest worker and client in their own process (pid %d), apart from the attack\n", h.PID)
 	}
 	fmt.Fprintf(w, "attack sent: %d\n", r.Attack.Sent)
 	for _, k := range sortedKeys(r.Attack.Outcomes) {

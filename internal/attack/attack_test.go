@@ -1,8 +1,12 @@
 package attack_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +183,9 @@ func TestEachAttackRunsAndReportsSoundFigures(t *testing.T) {
 			if r.Kind != tc.kind || r.PID == 0 || !strings.HasPrefix(r.Server, "127.0.0.1:") {
 				t.Errorf("kind %q pid %d server %q: want %q on a loopback server process", r.Kind, r.PID, r.Server, tc.kind)
 			}
+			if r.Honest.PID == 0 || r.Honest.PID == r.PID || r.Honest.PID == os.Getpid() {
+				t.Errorf("honest pid %d (server %d, this process %d): want a process of its own", r.Honest.PID, r.PID, os.Getpid())
+			}
 			if r.Honest.Completed == 0 || r.Honest.Offered < r.Honest.Completed+r.Honest.Errors ||
 				r.Honest.P50MS <= 0 || r.Honest.P99MS < r.Honest.P50MS || r.Honest.MaxMS < r.Honest.P99MS {
 				t.Errorf("honest %+v: want completed operations and ordered latencies", r.Honest)
@@ -263,5 +270,76 @@ func TestBadOptionsAreRefusedNamingTheSetting(t *testing.T) {
 				t.Fatalf("err %v: want one naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// honestChild starts the honest tenant's command against server, as Run
+// does, with stdin and stdout pipes for the test.
+func honestChild(t *testing.T, server string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "attack", "honest", "--server", server)
+	cmd.Env = append(os.Environ(), childMarker, attack.HonestWorkerKeyEnv+"=aion_w", attack.HonestClientKeyEnv+"=aion_c")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, in, &stderr
+}
+
+func TestHonestTenantRefusesAServerNotOnLoopback(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"10.0.0.1:50051", "0.0.0.0:50051", "[::]:50051", "localhost:50051", "example.com:443", "127.0.0.1", ""} {
+		o := attack.HonestOptions{Server: addr, WorkerKey: "w", ClientKey: "c", Rate: 20, Timeout: time.Second}
+		err := attack.RunHonest(context.Background(), o, strings.NewReader("go 1\n"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+			t.Errorf("server %q: err %v, want a refusal naming the address as not loopback", addr, err)
+		}
+	}
+	// The same from the command line, in a process of its own: it exits
+	// at once, having connected nowhere.
+	cmd, in, stderr := honestChild(t, "10.0.0.1:50051")
+	defer in.Close()
+	err := cmd.Wait()
+	if err == nil || !strings.Contains(stderr.String(), `--server "10.0.0.1:50051": not a loopback address`) {
+		t.Fatalf("exit %v, stderr %q: want a failure refusing the address", err, stderr)
+	}
+}
+
+// TestHonestTenantEndsWhenItsStdinCloses closes the stdin of an honest
+// tenant still warming up (no server listens at its address), as a parent
+// that dies does: the process must end by itself, with no orphan left.
+func TestHonestTenantEndsWhenItsStdinCloses(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there: the warm-up goes on and on
+	cmd, in, stderr := honestChild(t, addr)
+	time.Sleep(500 * time.Millisecond)
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(stderr.String(), "stdin closed") {
+			t.Errorf("exit %v, stderr %q: want a failure saying its stdin closed before the load", err, stderr)
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the honest tenant still ran 15 s after its stdin closed; stderr %q", stderr)
 	}
 }

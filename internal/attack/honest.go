@@ -35,6 +35,10 @@ type Honest struct {
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
 	MaxMS float64 `json:"max_ms"`
+	// PID is the process the honest worker and client ran in: one of their
+	// own, apart from the attack's, so the attack's goroutines do not delay
+	// theirs. Zero in the child's own report; Run fills it in.
+	PID int `json:"pid,omitempty"`
 }
 
 // startHonestWorker runs the honest tenant's worker until ctx ends; the

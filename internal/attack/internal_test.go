@@ -2,11 +2,14 @@ package attack
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -68,5 +71,51 @@ func TestGRPCMessagePromisesMoreThanItCarries(t *testing.T) {
 	b := grpcMessage(1024, 16)
 	if len(b) != 5+16 || b[0] != 0 || binary.BigEndian.Uint32(b[1:5]) != 1024 {
 		t.Fatalf("grpcMessage(1024, 16) = %x: want an uncompressed prefix of 1024 and 16 bytes", b)
+	}
+}
+
+// TestHonestTenantCutShortReportsWhatRanAndEnds starts a server and the
+// honest tenant's process as Run does, starts a long load, and closes the
+// child's stdin a second in, as Run does when interrupted: the child
+// reports the operations it offered and ends of its own accord.
+func TestHonestTenantCutShortReportsWhatRanAndEnds(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Defaults()
+	o.Command, o.Env = []string{exe}, []string{"ATTACK_TEST_RUN_AION=1"}
+	srv, err := startChild(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop(10 * time.Second)
+	h, err := startHonest(context.Background(), o, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.stop(10 * time.Second)
+	if err := h.begin(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	cut := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // as an interrupted run: the child's stdin is closed at once
+	r, err := h.figures(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Offered == 0 || r.Offered < r.Completed+r.Errors || r.Rate != o.Rate {
+		t.Errorf("figures %+v: want the operations offered in the second it ran, at rate %v", r, o.Rate)
+	}
+	if err := h.stop(10 * time.Second); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	// Its last operations were cut off, not waited for: HonestTimeout (10 s)
+	// is far more than the child takes to end.
+	if took := time.Since(cut); took > 8*time.Second {
+		t.Errorf("the child took %v to report and end after its stdin closed", took)
 	}
 }

@@ -24,13 +24,18 @@ func (a *app) attackCommand() *cobra.Command {
 point it elsewhere. It connects an honest tenant (namespace "honest": a worker
 serving echo and a client that schedules an echo and waits for it, --rate
 times a second, open loop), runs the attack KIND from the namespace
-"attacker" (or from no namespace at all) for --duration, and reports:
+"attacker" (or from no namespace at all) for --duration, and reports what
+follows. The honest tenant runs in a child process of its own (this binary
+again), apart from the attack as a real tenant would be, so the attack's
+goroutines do not delay its own and its latency is the server's; it ends
+when this command does.
 
   server RSS   baseline, peak and end VmRSS, sampled from /proc every 100 ms,
                and the kernel's VmHWM (the server is its own process, so the
                figures are the server's alone)
   honest       operations offered, completed and failed; schedule-and-wait
-               p50, p99 and max, each measured from its intended start
+               p50, p99 and max, each measured from its intended start; and
+               the honest tenant's process id
   attack       requests sent and the server's answers by gRPC code or HTTP
                status, and figures particular to the attack
 
@@ -115,6 +120,7 @@ attack stops early (the honest load goes on) if the server's RSS passes
 			return err
 		},
 	}
+	cmd.AddCommand(a.attackHonestCommand())
 	f := cmd.Flags()
 	f.DurationVar(&o.Duration, "duration", o.Duration, "how long the attack runs")
 	f.IntVar(&o.Attackers, "attackers", 0, "attacking callers or workers at once; 0 takes the kind's default (unauth-large 12, worker-fields 2, stalled-reader 1, pending-memory 2, connections 1 registering worker, early-eof 4, undecided 2000 connections, refused-streams 2 connections)")
@@ -138,5 +144,42 @@ attack stops early (the honest load goes on) if the server's RSS passes
 	f.StringArrayVar(&o.ServerArgs, "server-arg", nil, "an argument added to the server's command line, e.g. --server-arg=--max-pending-per-namespace=100 (repeatable)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the server's temporary directory (data and server.log) and print where it is")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of the summary")
+	return cmd
+}
+
+// attackHonestCommand is the honest tenant's process of `aion attack`,
+// which starts it; it is hidden, being no command to run by hand.
+func (a *app) attackHonestCommand() *cobra.Command {
+	d := attack.Defaults()
+	o := attack.HonestOptions{Rate: d.Rate, Timeout: d.HonestTimeout}
+	cmd := &cobra.Command{
+		Use:   "honest --server 127.0.0.1:PORT",
+		Short: "The honest tenant of `aion attack`, in a process of its own (started by aion attack)",
+		Long: `honest is the honest tenant of an ` + "`aion attack`" + ` run, which starts it as a
+child process: a worker serving echo and a client that schedules an echo and
+waits for it, --rate times a second, against --server, which must be a
+loopback address. The API keys come in ` + attack.HonestWorkerKeyEnv + ` and
+` + attack.HonestClientKeyEnv + `. It writes "ready" after its warm-up, runs
+its load for <seconds> once it reads "go <seconds>" on stdin, writes its
+figures as one JSON line, and ends when its stdin does.`,
+		Example: `  # as aion attack runs it, keys in the environment, "go 30" on stdin
+  aion attack honest --server 127.0.0.1:43117 --rate 20 --honest-timeout 10s`,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flags().Lookup("address"); f != nil && f.Changed {
+				return fmt.Errorf("--address %q: the honest tenant connects only to --server", a.address)
+			}
+			o.WorkerKey, _ = a.lookupEnv(attack.HonestWorkerKeyEnv)
+			o.ClientKey, _ = a.lookupEnv(attack.HonestClientKeyEnv)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return attack.RunHonest(ctx, o, a.stdin, a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Server, "server", "", "gRPC address of the server under attack: a loopback IP address and port")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "honest schedule-and-wait operations per second")
+	f.DurationVar(&o.Timeout, "honest-timeout", o.Timeout, "an honest operation slower than this counts as an error")
 	return cmd
 }
