@@ -491,6 +491,13 @@ func (r Report) WriteText(w io.Writer) {
 	for _, k := range sortedKeys(h.ErrorKinds) {
 		fmt.Fprintf(w, "             error %q: %d\n", k, h.ErrorKinds[k])
 	}
+	if len(h.Slowest) > 0 {
+		parts := make([]string, len(h.Slowest))
+		for i, op := range h.Slowest {
+			parts[i] = fmt.Sprintf("%.1f ms due at %.1f s", op.MS, op.AtS)
+		}
+		fmt.Fprintf(w, "             slowest: %s\n", strings.Join(parts, ", "))
+	}
 	if h.PID != 0 {
 		fmt.Fprintf(w, "             honest worker and client in their own process (pid %d), apart from the attack\n", h.PID)
 	}

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,11 +36,26 @@ type Honest struct {
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
 	MaxMS float64 `json:"max_ms"`
+	// Slowest are the slowest completed operations, slowest first, with
+	// when each was due: whether the tail is the attack's first burst or
+	// spread over the run.
+	Slowest []SlowOp `json:"slowest,omitempty"`
 	// PID is the process the honest worker and client ran in: one of their
 	// own, apart from the attack's, so the attack's goroutines do not delay
 	// theirs. Zero in the child's own report; Run fills it in.
 	PID int `json:"pid,omitempty"`
 }
+
+// SlowOp is one slow honest operation.
+type SlowOp struct {
+	// AtS is when it was due, in seconds from the start of the load.
+	AtS float64 `json:"at_s"`
+	// MS is its latency in milliseconds.
+	MS float64 `json:"ms"`
+}
+
+// slowestKept is how many of the slowest operations a report lists.
+const slowestKept = 5
 
 // startHonestWorker runs the honest tenant's worker until ctx ends; the
 // returned function waits for it to stop.
@@ -68,6 +84,7 @@ type honestLoad struct {
 
 	mu      sync.Mutex
 	lat     []time.Duration
+	slow    []SlowOp // the slowest slowestKept, slowest first
 	offered int
 	errs    map[string]int
 }
@@ -145,9 +162,19 @@ func (h *honestLoad) run(ctx context.Context, rate float64, end time.Time) {
 				return
 			}
 			h.lat = append(h.lat, took)
+			h.noteSlow(SlowOp{AtS: due.Sub(start).Seconds(), MS: float64(took.Microseconds()) / 1000})
 		})
 	}
 	wg.Wait()
+}
+
+// noteSlow keeps op if it is among the slowest; h.mu is held.
+func (h *honestLoad) noteSlow(op SlowOp) {
+	i, _ := slices.BinarySearchFunc(h.slow, op, func(a, b SlowOp) int { return cmp.Compare(b.MS, a.MS) })
+	if i < slowestKept {
+		h.slow = slices.Insert(h.slow, i, op)
+		h.slow = h.slow[:min(len(h.slow), slowestKept)]
+	}
 }
 
 func (h *honestLoad) report(rate float64) Honest {
@@ -162,6 +189,7 @@ func (h *honestLoad) report(rate float64) Honest {
 		r.ErrorKinds[kind] = n
 	}
 	r.P50MS, r.P99MS, r.MaxMS = percentiles(h.lat)
+	r.Slowest = slices.Clone(h.slow)
 	return r
 }
 

@@ -12,7 +12,7 @@ import (
 // from a config file too.
 var limitKeys = []string{
 	"max-pending-bytes-per-namespace", "max-list-bytes",
-	"grpc-handshake-timeout", "grpc-idle-timeout", "grpc-max-streams", "worker-transport",
+	"grpc-handshake-timeout", "grpc-idle-timeout", "grpc-max-streams", "grpc-max-stream-rate", "worker-transport",
 	"http-read-header-timeout", "http-read-timeout", "http-write-timeout", "http-idle-timeout",
 }
 
@@ -61,6 +61,9 @@ func (l *limitFlags) register(fl *pflag.FlagSet, d server.Config) {
 	fl.Uint32Var(&l.conn.GRPCMaxStreams, "grpc-max-streams", c.GRPCMaxStreams,
 		"calls and streams open at once on one gRPC connection; a client past it waits (0: no cap)")
 	bindEnv(fl, "grpc-max-streams", "AION_GRPC_MAX_STREAMS")
+	fl.Uint32Var(&l.conn.GRPCMaxStreamRate, "grpc-max-stream-rate", c.GRPCMaxStreamRate,
+		"calls and streams a second one gRPC connection may open beyond a burst of 1000; past it the connection is read only as fast as the rate allows (0: no limit)")
+	bindEnv(fl, "grpc-max-stream-rate", "AION_GRPC_MAX_STREAM_RATE")
 	fl.StringVar(&l.conn.WorkerTransport, "worker-transport", c.WorkerTransport,
 		"who serves a connection whose first call is a worker's stream: grpc (grpc-go's, as every other connection) "+
 			"or lean (experimental: aion's own HTTP/2 transport, under half the memory a worker, not yet hardened against every attack grpc-go is; see docs/security.md)")

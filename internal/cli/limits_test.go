@@ -15,7 +15,7 @@ import (
 func TestLimitFlagsReachTheServerConfig(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "aion.toml")
-	if err := os.WriteFile(path, []byte("http_idle_timeout = \"7s\"\ngrpc_max_streams = 50\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("http_idle_timeout = \"7s\"\ngrpc_max_streams = 50\ngrpc_max_stream_rate = 300\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var got server.Config
@@ -32,7 +32,7 @@ func TestLimitFlagsReachTheServerConfig(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("code %d: %s", code, stderr)
 	}
-	want := server.ConnLimits{GRPCHandshakeTimeout: 2 * time.Second, GRPCIdleTimeout: 3 * time.Minute, GRPCMaxStreams: 50,
+	want := server.ConnLimits{GRPCHandshakeTimeout: 2 * time.Second, GRPCIdleTimeout: 3 * time.Minute, GRPCMaxStreams: 50, GRPCMaxStreamRate: 300,
 		HTTPReadHeaderTimeout: time.Second, HTTPReadTimeout: 4 * time.Second, HTTPWriteTimeout: 5 * time.Second,
 		HTTPIdleTimeout: 7 * time.Second, WorkerTransport: server.WorkerTransportLean}
 	if got.Conn != want || got.MaxPendingBytesPerNamespace != 1<<20 || got.MaxListBytes != 64<<10 {

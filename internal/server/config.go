@@ -127,6 +127,11 @@ type ConnLimits struct {
 	// GRPCMaxStreams caps the calls and streams open at once on one gRPC
 	// connection; a client past it waits for one to end. 0 means no cap.
 	GRPCMaxStreams uint32
+	// GRPCMaxStreamRate is how many calls and streams a second one gRPC
+	// connection may open, beyond a burst of 1,000; past it, the
+	// connection's frames are read only as fast as the rate allows. 0 means
+	// no limit.
+	GRPCMaxStreamRate uint32
 	// WorkerTransport serves connections whose first call is a worker's
 	// Connect: "grpc" (or empty, the default) with grpc-go's transport, as
 	// every other connection is; "lean", experimental, with aion's own
@@ -199,6 +204,7 @@ func DefaultConnLimits() ConnLimits {
 		GRPCHandshakeTimeout:  10 * time.Second,
 		GRPCIdleTimeout:       5 * time.Minute,
 		GRPCMaxStreams:        1000,
+		GRPCMaxStreamRate:     20000,
 		WorkerTransport:       WorkerTransportGRPC,
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       30 * time.Second,

@@ -270,7 +270,7 @@ func TestDefaultTransportAnswersSettingsAndPingBeforeAnyRequest(t *testing.T) {
 
 // TestConnectionThatSendsTooMuchBeforeItsFirstCallIsClosed sends what the
 // "undecided" attack sends, PRIORITY frames after the preface and no call:
-// past 16 KiB the server closes the connection, while a client that makes
+// past its limit the server closes the connection, while a client that makes
 // its call after its opening frames is served.
 func TestConnectionThatSendsTooMuchBeforeItsFirstCallIsClosed(t *testing.T) {
 	t.Parallel()

@@ -2,9 +2,16 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/aion-run/aion/internal/clock"
 )
 
 // clientBytes is what a client writes: the preface, then frames written by
@@ -15,6 +22,31 @@ func clientBytes(t testing.TB, write func(fr *http2.Framer)) []byte {
 	b.WriteString(http2.ClientPreface)
 	write(http2.NewFramer(&b, nil))
 	return b.Bytes()
+}
+
+// scanResult is what a frameScan found in a client's bytes.
+type scanResult int
+
+const (
+	scanPending scanResult = iota // no call yet, within the limit
+	scanCall                      // a HEADERS frame: the first call
+	scanOver                      // the frames before any call passed the limit
+)
+
+// scanInPieces feeds b to s step bytes at a time until it finds a call or
+// the limit is passed.
+func scanInPieces(s *frameScan, b []byte, step int) scanResult {
+	for rest := b; len(rest) > 0; {
+		n := min(step, len(rest))
+		if _, over := s.feed(rest[:n]); over {
+			return scanOver
+		}
+		if s.called {
+			return scanCall
+		}
+		rest = rest[n:]
+	}
+	return scanPending
 }
 
 func TestFrameScanFindsTheFirstCallAndBoundsWhatComesBefore(t *testing.T) {
@@ -63,13 +95,7 @@ func TestFrameScanFindsTheFirstCallAndBoundsWhatComesBefore(t *testing.T) {
 			b := clientBytes(t, tc.write)
 			for _, step := range []int{len(b), 1, 7, 9, 4096} {
 				s := &frameScan{preface: len(http2.ClientPreface), limit: maxBeforeFirstCall}
-				got := scanPending
-				for rest := b; len(rest) > 0 && got == scanPending; {
-					n := min(step, len(rest))
-					got = s.feed(rest[:n])
-					rest = rest[n:]
-				}
-				if got != tc.want {
+				if got := scanInPieces(s, b, step); got != tc.want {
 					t.Fatalf("fed %d bytes at a time: %v, want %v", step, got, tc.want)
 				}
 			}
@@ -120,16 +146,97 @@ func FuzzFrameScan(f *testing.F) {
 			}
 			rest = rest[9+int(fh.Length):]
 		}
-		s := &frameScan{limit: limit}
-		got := scanPending
 		n := max(int(step), 1)
-		for rest := frames; len(rest) > 0 && got == scanPending; {
-			k := min(n, len(rest))
-			got = s.feed(rest[:k])
-			rest = rest[k:]
-		}
-		if got != want {
+		if got := scanInPieces(&frameScan{limit: limit}, frames, n); got != want {
 			t.Fatalf("fed %d bytes at a time: %v, x/net/http2's frame headers say %v", n, got, want)
 		}
 	})
+}
+
+// TestNewCallsPastTheRateWaitForItBeforeTheTransportSeesThem opens a
+// burst's worth of calls and then more on one connection: the burst is
+// read at once, the next call only once the clock has moved on by the
+// time the rate takes to make up for it.
+func TestNewCallsPastTheRateWaitForItBeforeTheTransportSeesThem(t *testing.T) {
+	t.Parallel()
+	const rate = 100
+	calls := func(from, n int) []byte {
+		var b bytes.Buffer
+		fr := http2.NewFramer(&b, nil)
+		for i := range n {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*(from+i) + 1), BlockFragment: []byte{0x83}, EndHeaders: true})
+		}
+		return b.Bytes()
+	}
+	client, srv := net.Pipe()
+	t.Cleanup(func() { client.Close() })
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	creds := guardedCreds{TransportCredentials: insecure.NewCredentials(), rate: rate, clock: fake}
+	conn, _, err := creds.ServerHandshake(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	burst := append([]byte(http2.ClientPreface), calls(0, streamBurst)...)
+	go func() {
+		_, _ = client.Write(burst)
+		_, _ = client.Write(calls(streamBurst, 10)) // ten past the burst
+	}()
+	if _, err := io.ReadFull(conn, make([]byte, len(burst))); err != nil {
+		t.Fatalf("reading the burst: %v", err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(conn, make([]byte, len(calls(streamBurst, 10))))
+		read <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fake.BlockUntil(ctx, 1); err != nil {
+		t.Fatalf("ten calls past the burst did not wait for the rate: %v", err)
+	}
+	select {
+	case err := <-read:
+		t.Fatalf("the calls past the burst were read before the clock moved: %v", err)
+	default:
+	}
+	fake.Advance(10 * time.Second / rate)
+	if err := <-read; err != nil {
+		t.Fatalf("after the rate made up for them: %v", err)
+	}
+}
+
+// TestCloseEndsAWaitForTheRate closes a connection whose reader waits for
+// its rate: the read returns at once.
+func TestCloseEndsAWaitForTheRate(t *testing.T) {
+	t.Parallel()
+	client, srv := net.Pipe()
+	t.Cleanup(func() { client.Close() })
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	conn, _, err := guardedCreds{TransportCredentials: insecure.NewCredentials(), rate: 1, clock: fake}.ServerHandshake(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&b, nil)
+	for i := range streamBurst + 5 {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: []byte{0x83}, EndHeaders: true})
+	}
+	go func() { _, _ = client.Write(b.Bytes()) }()
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(conn, make([]byte, b.Len()))
+		read <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fake.BlockUntil(ctx, 1); err != nil {
+		t.Fatalf("the reader did not wait for the rate: %v", err)
+	}
+	conn.Close()
+	if err := <-read; err == nil {
+		t.Fatal("a read of a closed connection succeeded")
+	}
 }

@@ -353,9 +353,9 @@ func (s *Server) grpcServer() *grpc.Server {
 		opts = append(opts, grpc.Creds(handedCreds{credentials.NewTLS(s.tls)})) // the lean transport shakes hands first
 	case s.cfg.Conn.WorkerTransport == WorkerTransportLean:
 	case s.tls != nil:
-		opts = append(opts, grpc.Creds(firstCallCreds{credentials.NewTLS(s.tls)}))
+		opts = append(opts, grpc.Creds(s.guarded(credentials.NewTLS(s.tls))))
 	default:
-		opts = append(opts, grpc.Creds(firstCallCreds{insecure.NewCredentials()}))
+		opts = append(opts, grpc.Creds(s.guarded(insecure.NewCredentials())))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	s.register(&aionv1.WorkerService_ServiceDesc, &workerService{s: s})
