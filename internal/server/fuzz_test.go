@@ -19,6 +19,25 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// fuzzServer starts a server whose worker connections the transport tr
+// serves, and a client connection to it; both end with the fuzz run.
+func fuzzServer(f *testing.F, tr string) (*server.Server, *grpc.ClientConn) {
+	cfg := servertest.Config(f.TempDir())
+	cfg.DrainTimeout = time.Second
+	cfg.Conn.WorkerTransport = tr
+	srv, err := startServer(context.Background(), cfg, servertest.Logger())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { srv.Stop(context.Background()) })
+	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { cc.Close() })
+	return srv, cc
+}
+
 // FuzzWorkerFrames sends a real server two worker frames decoded from the
 // fuzzer's bytes: whatever they hold, the stream ends with a status that
 // names the problem (never Internal or Unknown), and once it ends the
@@ -42,18 +61,7 @@ func FuzzWorkerFrames(f *testing.F) {
 	seed(reg(ok), &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_ActivityHeartbeat{ActivityHeartbeat: &aionv1.ActivityHeartbeat{Namespace: "fz"}}})
 	seed(reg(ok), &aionv1.WorkerMessage{Message: &aionv1.WorkerMessage_Drain{Drain: &aionv1.Drain{Reason: "bye"}}})
 
-	cfg := servertest.Config(f.TempDir())
-	cfg.DrainTimeout = time.Second
-	srv, err := startServer(context.Background(), cfg, servertest.Logger())
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { srv.Stop(context.Background()) })
-	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { cc.Close() })
+	srv, cc := fuzzServer(f, server.WorkerTransportGRPC)
 	workers := aionv1.NewWorkerServiceClient(cc)
 
 	f.Fuzz(func(t *testing.T, a, b []byte) {
@@ -126,19 +134,7 @@ func FuzzWorkerStream(f *testing.F) {
 	}
 	var targets []target
 	for _, tr := range workerTransports {
-		cfg := servertest.Config(f.TempDir())
-		cfg.DrainTimeout = time.Second
-		cfg.Conn.WorkerTransport = tr
-		srv, err := startServer(context.Background(), cfg, servertest.Logger())
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Cleanup(func() { srv.Stop(context.Background()) })
-		cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Cleanup(func() { cc.Close() })
+		srv, cc := fuzzServer(f, tr)
 		targets = append(targets, target{srv: srv, health: healthpb.NewHealthClient(cc)})
 	}
 
