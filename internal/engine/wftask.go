@@ -300,6 +300,17 @@ func (e *Engine) CompleteWorkflowTask(w *registry.Worker, res *aionv1.WorkflowTa
 		e.taskFailedLocked(r, FailureBadCommand, err.Error())
 		return
 	}
+	if closes(res.GetCommands()) && unseenSignal(r, seen) {
+		// The code closed the run without seeing signals accepted while
+		// the task ran: nothing of the task is applied, and the run gets
+		// a task again with them, whole history (the worker's cached run
+		// took its close as done). Its code then sees every acknowledged
+		// signal before a close can be recorded.
+		ack("")
+		r.sticky = nil
+		e.needTaskLocked(r)
+		return
+	}
 	now := e.now().UTC()
 	upto := e.appendLocked(r, now, &aionv1.HistoryEvent{Event: &aionv1.HistoryEvent_WorkflowTaskCompleted{
 		WorkflowTaskCompleted: &aionv1.WorkflowTaskCompleted{SeenSeq: seen, BuildId: w.BuildID(), WorkerId: uint64(w.ID())}}})
@@ -330,6 +341,28 @@ func (e *Engine) CompleteWorkflowTask(w *registry.Worker, res *aionv1.WorkflowTa
 	})
 	e.obsWF.TaskCompleted(r.rec.Namespace)
 	e.needTaskLocked(r)
+}
+
+// closes reports whether cmds close the run (complete, fail, cancel or
+// continue as new).
+func closes(cmds []*aionv1.WorkflowCommand) bool {
+	for _, c := range cmds {
+		if c.GetClose() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// unseenSignal reports whether r's history holds a signal after seq seen:
+// accepted while the code ran, and not yet shown to it.
+func unseenSignal(r *wfRun, seen int64) bool {
+	for _, ev := range r.events[min(max(seen, 0), r.length()):] {
+		if ev.GetSignalReceived() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // taskFailedLocked records a failed workflow task on the run and tries it

@@ -806,3 +806,55 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A run whose code closes it (complete, fail, continue as new) while
+// signals were accepted during that very task does not close: the close is
+// not applied, the task comes again with every signal in its history, and
+// only a close made after seeing them is recorded. So a signal acknowledged
+// to its sender always reaches the code; the next run of a continue as new
+// gets none of them again.
+func TestCloseMadeWithoutSeeingSignalsAcceptedMeanwhileIsNotApplied(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status aionv1.RunStatus
+		want   store.RunStatus
+	}{
+		{"complete", aionv1.RunStatus_RUN_STATUS_COMPLETED, store.RunCompleted},
+		{"fail", aionv1.RunStatus_RUN_STATUS_FAILED, store.RunFailed},
+		{"continue as new", aionv1.RunStatus_RUN_STATUS_CONTINUED_AS_NEW, store.RunContinuedAsNew},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			fw := b.joinWorkflows("v1", 10, "order")
+			first := b.startWF("o-1", "order", `1`)
+			task := fw.next()
+			for _, name := range []string{"a", "b"} {
+				if _, err := b.eng.SignalWorkflow(context.Background(), anyone, "ns", "o-1", "", name, nil); err != nil {
+					t.Fatalf("signal %s: %v", name, err)
+				}
+			}
+			fw.mustAnswer(task, true, closeRun(tc.status, `"done"`))
+			if got := b.getWF("o-1").Run; got.RunID != first.RunID || got.Status != store.RunRunning {
+				t.Fatalf("after a close that missed two signals the run is %s (%s), want %s still running", got.RunID, got.Status, first.RunID)
+			}
+			again := fw.next()
+			if again.GetRunId() != first.RunID {
+				t.Fatalf("the task came again for run %s, want %s", again.GetRunId(), first.RunID)
+			}
+			wantKinds(t, "the task again, whole history", kinds(again.GetEvents()),
+				"WorkflowStarted", "SignalReceived:a", "SignalReceived:b")
+			fw.mustAnswer(again, true, closeRun(tc.status, `"done"`))
+			old, err := b.eng.GetWorkflow(context.Background(), anyone, "ns", "o-1", first.RunID)
+			if err != nil || old.Run.Status != tc.want {
+				t.Fatalf("after a close that saw the signals: %+v, %v; want %s", old.Run, err, tc.want)
+			}
+			if tc.status != aionv1.RunStatus_RUN_STATUS_CONTINUED_AS_NEW {
+				return
+			}
+			next := fw.next()
+			wantKinds(t, "the next run's first task", kinds(next.GetEvents()), "WorkflowStarted")
+		})
+	}
+}
