@@ -43,6 +43,8 @@ type bench struct {
 	// maxPendingBytes its Config.MaxPendingBytesPerNamespace.
 	window          int
 	maxPendingBytes int64
+	// wrap, set before start, wraps the store the engine writes through.
+	wrap func(*sqlite.Store) store.Store
 }
 
 // setup starts an engine on a new SQLite file; the test ends it.
@@ -65,7 +67,11 @@ func (b *bench) start() {
 	}
 	b.st = st
 	b.reg = registry.New(registry.Options{})
-	b.eng = New(Config{Store: st, Registry: b.reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
+	var through store.Store = st
+	if b.wrap != nil {
+		through = b.wrap(st)
+	}
+	b.eng = New(Config{Store: through, Registry: b.reg, Minter: namespace.NewMinter(st, namespace.Open, nil),
 		Defaults: DefaultDefaults(), Clock: b.clk, Tracer: b.tracer, Window: b.window,
 		MaxPendingBytesPerNamespace: b.maxPendingBytes})
 	if err := b.eng.Start(ctx); err != nil {

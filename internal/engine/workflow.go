@@ -569,19 +569,31 @@ func (e *Engine) finishRunLocked(r *wfRun) {
 // lookupRun finds a run: by run id, or the open (else latest) run of a
 // workflow id. In memory first, then the store.
 func (e *Engine) lookupRun(ctx context.Context, ns, workflowID, runID string) (store.Run, *wfRun, error) {
-	e.mu.Lock()
-	var r *wfRun
-	if runID != "" {
-		r = e.runs[runKey{ns, runID}]
-	} else {
-		r = e.openWF[wfKey{ns, workflowID}]
-	}
-	if r != nil && r.creating == nil && (workflowID == "" || r.rec.WorkflowID == workflowID) {
-		rec := r.rec
+	for {
+		e.mu.Lock()
+		var r *wfRun
+		if runID != "" {
+			r = e.runs[runKey{ns, runID}]
+		} else {
+			r = e.openWF[wfKey{ns, workflowID}]
+		}
+		if r == nil || (workflowID != "" && r.rec.WorkflowID != workflowID) {
+			e.mu.Unlock()
+			break
+		}
+		creating, rec := r.creating, r.rec
 		e.mu.Unlock()
-		return rec, r, nil
+		if creating == nil {
+			return rec, r, nil
+		}
+		// Being created (a start, or the next run of a continue as new):
+		// not in the store yet, and there once its insert is durable.
+		select {
+		case <-creating:
+		case <-ctx.Done():
+			return store.Run{}, nil, ctx.Err()
+		}
 	}
-	e.mu.Unlock()
 	var (
 		rec store.Run
 		err error

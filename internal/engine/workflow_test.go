@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	aionv1 "github.com/aion-run/aion/gen/aion/v1"
+	"github.com/aion-run/aion/internal/clock"
 	"github.com/aion-run/aion/internal/pgtest"
 	"github.com/aion-run/aion/internal/registry"
 	"github.com/aion-run/aion/internal/store"
+	"github.com/aion-run/aion/internal/store/sqlite"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -856,5 +860,81 @@ func TestCloseMadeWithoutSeeingSignalsAcceptedMeanwhileIsNotApplied(t *testing.T
 			next := fw.next()
 			wantKinds(t, "the next run's first task", kinds(next.GetEvents()), "WorkflowStarted")
 		})
+	}
+}
+
+// heldRunInserts holds the commit of every write batch that inserts a run
+// until release is closed; reached is closed when the first one arrives.
+type heldRunInserts struct {
+	*sqlite.Store
+	reached, release chan struct{}
+	once             sync.Once
+}
+
+func (h *heldRunInserts) Apply(ctx context.Context, ws []store.Write) ([]bool, error) {
+	for _, w := range ws {
+		if _, ok := w.(store.InsertRun); ok {
+			h.once.Do(func() { close(h.reached) })
+			<-h.release
+			break
+		}
+	}
+	return h.Store.Apply(ctx, ws)
+}
+
+// A run being created (its insert not yet durable: a start, or the next
+// run of a continue as new) is waited for by Wait, not reported missing
+// because the store does not have it yet; once it is durable the wait goes
+// on to the run's close.
+func TestARunBeingCreatedIsWaitedForNotReportedMissing(t *testing.T) {
+	t.Parallel()
+	held := &heldRunInserts{reached: make(chan struct{}), release: make(chan struct{})}
+	b := &bench{t: t, clk: clock.NewFake(epoch), path: filepath.Join(t.TempDir(), "aion.db"),
+		wrap: func(st *sqlite.Store) store.Store { held.Store = st; return held }}
+	b.start()
+	t.Cleanup(b.stop)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(held.release)
+		}
+	})
+	fw := b.joinWorkflows("v1", 10, "order")
+
+	started := make(chan error, 1)
+	go func() {
+		_, _, err := b.eng.StartWorkflow(context.Background(), anyone, WorkflowRequest{Namespace: "ns", WorkflowID: "o-1",
+			WorkflowType: "order", Input: []byte(`1`)})
+		started <- err
+	}()
+	recv(t, held.reached, "the run's insert at the store")
+	// While the insert is held, a wait waits: here until its deadline,
+	// which only bounds the test; it must not answer NotFound.
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := b.eng.WaitWorkflow(short, anyone, "ns", "o-1", "")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait while the run was being created: %v, want it waiting (until its deadline)", err)
+	}
+	ctx, cancelWait := context.WithTimeout(context.Background(), patience)
+	defer cancelWait()
+	type result struct {
+		rec store.Run
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		rec, err := b.eng.WaitWorkflow(ctx, anyone, "ns", "o-1", "")
+		waited <- result{rec, err}
+	}()
+	close(held.release)
+	released = true
+	if err := recv(t, started, "start"); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	fw.mustAnswer(fw.next(), true, complete(`"done"`))
+	got := recv(t, waited, "wait")
+	if got.err != nil || got.rec.Status != store.RunCompleted {
+		t.Fatalf("a wait begun around the run's creation: %+v, %v; want it completed", got.rec, got.err)
 	}
 }
