@@ -32,6 +32,18 @@ func withTransport(tr string) setupOpt {
 	return func(c *server.Config) { c.Conn.WorkerTransport = tr }
 }
 
+// onEachTransport runs test in parallel subtests, each on a server of its
+// own whose worker connections one of workerTransports serves.
+func onEachTransport(t *testing.T, test func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, tr := range workerTransports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t, withTransport(tr)))
+		})
+	}
+}
+
 // served counts the activities serves scheduled, so their ids differ.
 var served atomic.Int64
 
@@ -94,29 +106,25 @@ func TestEveryStreamEndedBeforeItsRequestIsAnsweredAndTheServerServesOn(t *testi
 		{"reflection", reflectionpb.ServerReflection_ServerReflectionInfo_FullMethodName, []string{ok}},
 		{"unary schedule", aionv1.ActivityService_Schedule_FullMethodName, []string{internal}},
 	}
-	for _, tr := range workerTransports {
-		t.Run(tr, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, withTransport(tr))
-			for _, m := range methods {
-				c := dialH2(t, b.srv.GRPCAddr())
-				first := c.open(aionv1.WorkerService_Connect_FullMethodName, true)
-				e, err := c.await(first, 10*time.Second)
-				if err != nil || e.status != invalid {
-					t.Fatalf("%s: a Connect stream ended before Register ended with %v, %v; want grpc-status %s", m.name, e, err, invalid)
-				}
-				if m.path != aionv1.WorkerService_Connect_FullMethodName {
-					id := c.open(m.path, true)
-					e, err = c.await(id, 10*time.Second)
-					if err != nil || !slices.Contains(m.want, e.status) {
-						t.Fatalf("%s ended before its request: %v, %v; want grpc-status in %v", m.name, e, err, m.want)
-					}
+	onEachTransport(t, func(t *testing.T, b *bundle) {
+		for _, m := range methods {
+			c := dialH2(t, b.srv.GRPCAddr())
+			first := c.open(aionv1.WorkerService_Connect_FullMethodName, true)
+			e, err := c.await(first, 10*time.Second)
+			if err != nil || e.status != invalid {
+				t.Fatalf("%s: a Connect stream ended before Register ended with %v, %v; want grpc-status %s", m.name, e, err, invalid)
+			}
+			if m.path != aionv1.WorkerService_Connect_FullMethodName {
+				id := c.open(m.path, true)
+				e, err = c.await(id, 10*time.Second)
+				if err != nil || !slices.Contains(m.want, e.status) {
+					t.Fatalf("%s ended before its request: %v, %v; want grpc-status in %v", m.name, e, err, m.want)
 				}
 			}
-			b.noWorkers(t)
-			b.serves(t)
-		})
-	}
+		}
+		b.noWorkers(t)
+		b.serves(t)
+	})
 }
 
 // TestWorkerStreamEndedAtEveryPointLeavesNoWorkerAndTheServerServesOn ends
@@ -162,34 +170,30 @@ func TestWorkerStreamEndedAtEveryPointLeavesNoWorkerAndTheServerServesOn(t *test
 		{"registered, half a ping, end of side", [][]byte{message(register), message(ping)[:3]}, endSide, strconv.Itoa(int(codes.Internal))},
 		{"registered, half a ping, reset", [][]byte{message(register), message(ping)[:3]}, resetIt, ""},
 	}
-	for _, tr := range workerTransports {
-		t.Run(tr, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, withTransport(tr))
-			for _, tc := range cases {
-				c := dialH2(t, b.srv.GRPCAddr())
-				id := c.open(aionv1.WorkerService_Connect_FullMethodName, false)
-				for _, f := range tc.frames {
-					c.data(id, f, false)
+	onEachTransport(t, func(t *testing.T, b *bundle) {
+		for _, tc := range cases {
+			c := dialH2(t, b.srv.GRPCAddr())
+			id := c.open(aionv1.WorkerService_Connect_FullMethodName, false)
+			for _, f := range tc.frames {
+				c.data(id, f, false)
+			}
+			switch tc.how {
+			case endSide:
+				c.data(id, nil, true)
+				e, err := c.await(id, 10*time.Second)
+				if err != nil || e.status != tc.want {
+					t.Fatalf("%s: the stream ended with %v, %v; want grpc-status %s", tc.name, e, err, tc.want)
 				}
-				switch tc.how {
-				case endSide:
-					c.data(id, nil, true)
-					e, err := c.await(id, 10*time.Second)
-					if err != nil || e.status != tc.want {
-						t.Fatalf("%s: the stream ended with %v, %v; want grpc-status %s", tc.name, e, err, tc.want)
-					}
-				case resetIt:
-					c.reset(id, http2.ErrCodeCancel)
-				case closeConn:
-					c.conn.Close()
-				}
-				b.noWorkers(t)
+			case resetIt:
+				c.reset(id, http2.ErrCodeCancel)
+			case closeConn:
 				c.conn.Close()
 			}
-			b.serves(t)
-		})
-	}
+			b.noWorkers(t)
+			c.conn.Close()
+		}
+		b.serves(t)
+	})
 }
 
 // TestStreamsClosedBeforeRegisterFromTheGRPCClientEndAsInvalidArgument
@@ -198,44 +202,40 @@ func TestWorkerStreamEndedAtEveryPointLeavesNoWorkerAndTheServerServesOn(t *test
 // nothing registered.
 func TestStreamsClosedBeforeRegisterFromTheGRPCClientEndAsInvalidArgument(t *testing.T) {
 	t.Parallel()
-	for _, tr := range workerTransports {
-		t.Run(tr, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, withTransport(tr))
-			for range 20 {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				stream, err := b.workers.Connect(ctx)
-				if err != nil {
-					cancel()
-					t.Fatal(err)
-				}
-				if err := stream.CloseSend(); err != nil {
-					cancel()
-					t.Fatal(err)
-				}
-				_, err = stream.Recv()
+	onEachTransport(t, func(t *testing.T, b *bundle) {
+		for range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			stream, err := b.workers.Connect(ctx)
+			if err != nil {
 				cancel()
-				if status.Code(err) != codes.InvalidArgument ||
-					!strings.Contains(status.Convert(err).Message(), "ended before its register frame") {
-					t.Fatalf("Connect closed before Register: %v; want InvalidArgument naming the register frame", err)
-				}
+				t.Fatal(err)
 			}
-			for range 20 {
-				ctx, cancel := context.WithCancel(context.Background())
-				stream, err := b.workers.Connect(ctx)
-				if err != nil {
-					cancel()
-					t.Fatal(err)
-				}
+			if err := stream.CloseSend(); err != nil {
 				cancel()
-				if _, err := stream.Recv(); err == nil || errors.Is(err, io.EOF) {
-					t.Fatalf("a canceled Connect received %v", err)
-				}
+				t.Fatal(err)
 			}
-			b.noWorkers(t)
-			b.serves(t)
-		})
-	}
+			_, err = stream.Recv()
+			cancel()
+			if status.Code(err) != codes.InvalidArgument ||
+				!strings.Contains(status.Convert(err).Message(), "ended before its register frame") {
+				t.Fatalf("Connect closed before Register: %v; want InvalidArgument naming the register frame", err)
+			}
+		}
+		for range 20 {
+			ctx, cancel := context.WithCancel(context.Background())
+			stream, err := b.workers.Connect(ctx)
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			cancel()
+			if _, err := stream.Recv(); err == nil || errors.Is(err, io.EOF) {
+				t.Fatalf("a canceled Connect received %v", err)
+			}
+		}
+		b.noWorkers(t)
+		b.serves(t)
+	})
 }
 
 // TestDefaultTransportAnswersSettingsAndPingBeforeAnyRequest holds the

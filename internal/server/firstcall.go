@@ -20,8 +20,8 @@ import (
 // a KiB; PINGs are not counted (keepalive enforcement polices them). A
 // connection past it is closed: without it, a connection that never makes a
 // call could have the server parse frames for as long as the idle timeout
-// (2,000 such connections sending 120 KiB of PRIORITY frames each kept both
-// cores busy).
+// (2,000 such connections sending 120 KiB of PRIORITY frames each: a peak
+// of 134 MB, and honest calls' p99 past a second).
 const maxBeforeFirstCall = 4 << 10
 
 // streamBurst is how many calls a connection may open at once above its

@@ -96,11 +96,10 @@ func (c *h2Client) reset(id uint32, code http2.ErrCode) {
 }
 
 // end is how the server ended a stream: the grpc-status of its trailers, a
-// reset, or the connection closing or going away.
+// reset, or (the zero end) the connection closing or going away.
 type end struct {
 	status string // grpc-status of the trailers ("none" when they had none)
 	reset  bool
-	gone   bool // GOAWAY, or the connection closed
 }
 
 func (e end) String() string {
@@ -128,7 +127,7 @@ func (c *h2Client) await(id uint32, within time.Duration) (end, error) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				return end{}, fmt.Errorf("stream %d: no end within %v", id, within)
 			}
-			return end{gone: true}, nil
+			return end{}, nil
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
@@ -144,7 +143,7 @@ func (c *h2Client) await(id uint32, within time.Duration) (end, error) {
 				c.write(func() error { return c.fr.WriteWindowUpdate(0, n) })
 			}
 		case *http2.GoAwayFrame:
-			return end{gone: true}, nil
+			return end{}, nil
 		case *http2.RSTStreamFrame:
 			if f.StreamID == id {
 				return end{reset: true}, nil
